@@ -99,6 +99,11 @@ typedef struct {
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
   QkNorm qk_norm; /* model.attention.qk_norm: q and k normalized before RoPE (Qwen3, OLMoE) */
+  bool qkv_fused; /* plan_qkv_fused: one q|k|v GEMM into the layer's QKV (gradient DQKV), strided views */
+  /* one gate|up GEMM (SwiGLU, no biases: gate_proj's and up_proj's weights adjacent) into rows
+   * g | u (GU, SGU; gradients DGU, DSGU): [0] the dense MLP (not where its recomputed buffers share
+   * the routed experts' bytes: emit_layout.c ffn_union), [1] the shared experts (em_gu_fused) */
+  bool gu_fused[2];
   bool rope;         /* model.position rope; else learned absolute positions (embed_positions) */
   bool gelu_experts; /* model.moe.activation gelu: routed and shared experts are up/down with GELU, no gate */
   /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives
@@ -203,6 +208,9 @@ void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *s
  * backward (e->dln_live false; then true), rt_matmul_backward (adding) after it. em_dln_zero: zeroes
  * DLN before an op that only adds into it, unless something wrote it already. */
 const char *em_dln_gemm(Em *e);
+/* A fused gate|up FFN's weight (or gradient) offset: prefix's gate_proj ("mlp", "moe.shared_experts")
+ * in group g, with up_proj's F x hidden values right after it (model.c's order); aborts if not. */
+int64_t em_gu_weight(Em *e, int g, const char *prefix, int64_t F);
 void em_dln_zero(Em *e);
 /* The functions layer<l>_forward and layer<l>_backward of step.c (dy, dx: the arena names of
  * the incoming and outgoing boundary gradients). */

@@ -96,13 +96,20 @@ void em_moe_forward(Em *e, int l) {
     long long Fs = e->Fs;
     const char *su = A(e, l, "SU"), *sh = A(e, l, "SH");
     const char *sg = e->gelu_experts ? NULL : A(e, l, "SG");
-    if (sg)
-      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
-        ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
-      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
-    if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
-    else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
+    if (e->gu_fused[1]) { /* one GEMM: each token's row g | u; SwiGLU reads both halves */
+      const char *sgu = A(e, l, "SGU");
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.gate_proj, up_proj */\n",
+        sgu, ln2, (long long)em_gu_weight(e, g, "moe.shared_experts", Fs), N, C, 2 * Fs);
+      P(e, "  rt_swiglu_rows_forward(R(%s), R(%s), %lld, %lld);\n", sh, sgu, N, Fs);
+    } else {
+      if (sg)
+        P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
+          ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
+        ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
+      if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+      else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
+    }
     const char *so = gate ? A(e, l, "SO") : "WS_Y"; /* ungated: the block's output, the combine adds to it */
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
       (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
@@ -141,7 +148,12 @@ void em_moe_backward(Em *e, int l, const char *dy) {
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
     P(e, "  rt_matmul_backward_set(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
       (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH"), (long long)o, N, Fs, C);
-    if (e->gelu_experts) {
+    if (e->gu_fused[1]) { /* the gradient of the rows g | u, then one GEMM */
+      int64_t w = em_gu_weight(e, g, "moe.shared_experts", Fs);
+      P(e, "  rt_swiglu_rows_backward(R(DSGU), R(DSH), R(%s), %lld, %lld);\n", A(e, l, "SGU"), N, Fs);
+      P(e, "  %s(R(DLN), DW(%lld), NULL, R(DSGU), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj, up_proj */\n",
+        em_dln_gemm(e), (long long)w, ln2, (long long)w, N, C, 2 * Fs);
+    } else if (e->gelu_experts) {
       P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU"), N * Fs);
     } else {
       P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG"), A(e, l, "SU"), N * Fs);
@@ -149,9 +161,11 @@ void em_moe_backward(Em *e, int l, const char *dy) {
       P(e, "  %s(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n", em_dln_gemm(e),
         (long long)o, bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
     }
-    o = off(e, g, "moe.shared_experts.up_proj.weight");
-    P(e, "  %s(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n", em_dln_gemm(e),
-      (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+    if (!e->gu_fused[1]) {
+      o = off(e, g, "moe.shared_experts.up_proj.weight");
+      P(e, "  %s(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n", em_dln_gemm(e),
+        (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+    }
   }
   P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
   P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,

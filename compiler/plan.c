@@ -328,7 +328,7 @@ static void build_items(Items *it, const Model *md) {
   const double grad_ffn = 2 * T * (2 * ffn + ffn_gate);
   /* the attention's backward group and MLA's forward group, laid out by attn_ws.c for plan and
    * program alike (MLA's backward buffers in the dead bytes of d(out), dQ, dK and dV) */
-  const double grad_attn = 2 * (double)plan_ws_attention(s, md, (int64_t)T).size;
+  const double grad_attn = 2 * (double)plan_ws_attention(s, md, (int64_t)T, plan_qkv_fused(s, plan_cp(ch))).size;
   const double mla_fwd = 2 * (double)plan_ws_mla_forward(s, (int64_t)T).size;
   const double outputs = 2 * T * H;
   const double chunk = (double)plan_logits_chunk((int64_t)T, s->model.vocab);

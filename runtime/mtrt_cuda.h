@@ -55,6 +55,7 @@ typedef struct {
   int batch, seq;          /* the attention's: sequences per micro-batch (batch × seq = tokens), tokens each */
   int kv_heads, head_dim, v_head_dim; /* KV heads, q/k and v head dims (0: no attention plans at start-up) */
   int attention_cudnn;     /* the plan's attention: 1 cuDNN's (bf16 build), 0 the own kernels */
+  int qkv_fused;           /* 1: q, k, v are views of one fused row q | k | v (rt_attention_qkv_*) */
 } RtCudaConfig;
 
 /* Picks this rank's GPU (local rank modulo the visible devices), creates the stream and the

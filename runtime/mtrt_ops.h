@@ -19,8 +19,10 @@
  * ADD into every gradient they are given (parameter gradients accumulate over micro-batches,
  * input gradients over branches), and skip any gradient pointer that is NULL. The exceptions
  * WRITE an input gradient, so that its first writer needs no zeroed buffer (and the cuda backend
- * no memset pass): rt_matmul_backward_set's dx, rt_attention_backward's dq, dk, dv,
- * rt_swiglu_backward's dg, du, rt_gelu_backward's dx and rt_moe_combine_backward's dyp.
+ * no memset pass): rt_matmul_backward_set's dx, rt_attention_backward's dq, dk, dv (and
+ * rt_attention_qkv_backward's dqkv),
+ * rt_swiglu_backward's dg, du (rt_swiglu_rows_backward's dgu), rt_gelu_backward's dx and
+ * rt_moe_combine_backward's dyp.
  * Ops never allocate: callers pass every buffer (the plan sizes them).
  */
 #ifndef MTRT_OPS_H
@@ -136,6 +138,17 @@ void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act
                            const act *k, const act *v, const act *out, const real *lse,
                            int B, int T, int nh, int nkv, int hd, int vd);
 
+/* The same over one fused projection's output (mha/gqa, vd = hd): qkv (B,T, (nh + 2 nkv) hd), each
+ * token's row q (nh hd) | k (nkv hd) | v (nkv hd): one GEMM over the q, k, v weights that the
+ * layout keeps adjacent (compiler/plan_qkv_fused). The attention reads strided views of it; the
+ * backward WRITES the whole dqkv (same layout). out, lse as rt_attention_forward's. */
+void rt_attention_qkv_forward(act *out, real *lse, const act *qkv, int B, int T, int nh, int nkv, int hd);
+void rt_attention_qkv_backward(act *dqkv, const act *dout, const act *qkv, const act *out, const real *lse, int B,
+                               int T, int nh, int nkv, int hd);
+/* rt_rope_forward / backward on q's and k's heads of such rows, in place (v untouched). */
+void rt_rope_qkv_forward(act *qkv, int B, int T, int nh, int nkv, int hd, real theta);
+void rt_rope_qkv_backward(act *dqkv, int B, int T, int nh, int nkv, int hd, real theta);
+
 /* Context parallelism (cpu backend; the cuda backend refuses cp > 1 at build): a rank holds T
  * tokens of each of B sequences of S tokens, in two chunks of T/2: its tokens t < T/2 are at
  * positions lo + t of their sequence, the others at hi + t − T/2 (rank r of cp: lo = r T/2, hi =
@@ -185,6 +198,11 @@ void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64
  * WRITES dg and du (the first writers of those gradients). */
 void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n);
 void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n);
+/* The same over one fused gate|up projection's output: gu (rows, 2F), each row g (F) | u (F) (one
+ * GEMM over gate_proj's and up_proj's adjacent weights); h (rows, F). The backward WRITES dgu
+ * (rows, 2F, the same layout). */
+void rt_swiglu_rows_forward(act *h, const act *gu, int64_t rows, int F);
+void rt_swiglu_rows_backward(act *dgu, const act *dh, const act *gu, int64_t rows, int F);
 /* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements (64-bit). The
  * backward WRITES dx. */
 void rt_gelu_forward(act *h, const act *x, int64_t n);

@@ -740,8 +740,7 @@
 #define WS_YP                         WS_XP /* 2818572288 [moe.dispatch_send]: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
 #define WS_XE                    8244560416 /* 3523215360 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
 #define WS_YE                   19619513088 /* 3523215360 [moe.combine_send]: their outputs, before going back */
-#define WS_SG                   11767775936 /*  100663296 [activations.forward_layer]: shared experts' gate */
-#define WS_SU                   11868439232 /*  100663296 [activations.forward_layer]: shared experts' up */
+#define WS_SGU                  11767775936 /*  201326592 [activations.forward_layer]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define WS_SH                   11969102528 /*  100663296 [activations.forward_layer]: shared experts' activation */
 #define DX_A                    41845748992 /*  352321536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
 #define DX_B                    42198070528 /*  352321536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
@@ -749,13 +748,12 @@
 #define A2A                     12069765888 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1006632960 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DG                              EDG /*  905969664 [moe.a2a_staging]: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
-#define DSG                             EDG /*  100663296 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (A2A + 1006632960) /* 1006632960 [moe.a2a_staging]: routed experts' up gradient: in A2A (an FFN's backward) */
 #define DU                              EDU /*  905969664 [moe.a2a_staging]: gradient of the mlp up: in EDU (one FFN's backward at a time) */
-#define DSU                             EDU /*  100663296 [moe.a2a_staging]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
 #define EDH                    (A2A + 2013265920) /* 1006632960 [moe.a2a_staging]: routed experts' activation gradient: in A2A (an FFN's backward) */
 #define DH                              EDH /*  905969664 [moe.a2a_staging]: gradient of the mlp activation: in EDH (one FFN's backward at a time) */
 #define DSH                             EDH /*  100663296 [moe.a2a_staging]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DSGU                            A2A /*  201326592 [moe.a2a_staging]: shared experts' gate and up's gradient, each token's row g | u: in A2A (an FFN's backward) */
 #define DATT                            A2A /*  805306368 [moe.a2a_staging]: gradient of the attention output: in A2A (the attention's backward) */
 #define DQ                     (A2A + 805306368) /* 1207959552 [moe.a2a_staging]: gradient of the queries: in A2A (the attention's backward) */
 #define DK                     (A2A + 2013265920) /* 1207959552 [moe.a2a_staging]: gradient of the keys: in A2A (the attention's backward) */
@@ -2181,9 +2179,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2223,9 +2220,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2265,9 +2261,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2307,9 +2302,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2349,9 +2343,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2391,9 +2384,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2433,9 +2425,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2475,9 +2466,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2517,9 +2507,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2559,9 +2548,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2601,9 +2589,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2643,9 +2630,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2685,9 +2671,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2727,9 +2712,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2769,9 +2753,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2811,9 +2794,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2853,9 +2835,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2895,9 +2876,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2937,9 +2917,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -2979,9 +2958,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3021,9 +2999,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3063,9 +3040,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3105,9 +3081,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3147,9 +3122,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3189,9 +3163,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3231,9 +3204,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3273,9 +3245,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3315,9 +3286,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3357,9 +3327,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3399,9 +3368,8 @@ static void layer32_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3441,9 +3409,8 @@ static void layer33_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3483,9 +3450,8 @@ static void layer34_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3525,9 +3491,8 @@ static void layer35_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3567,9 +3532,8 @@ static void layer36_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3609,9 +3573,8 @@ static void layer37_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3651,9 +3614,8 @@ static void layer38_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3693,9 +3655,8 @@ static void layer39_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3735,9 +3696,8 @@ static void layer40_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3777,9 +3737,8 @@ static void layer41_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3819,9 +3778,8 @@ static void layer42_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3861,9 +3819,8 @@ static void layer43_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3903,9 +3860,8 @@ static void layer44_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3945,9 +3901,8 @@ static void layer45_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -3987,9 +3942,8 @@ static void layer46_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4029,9 +3983,8 @@ static void layer47_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4071,9 +4024,8 @@ static void layer48_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X49), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4113,9 +4065,8 @@ static void layer49_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X50), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4155,9 +4106,8 @@ static void layer50_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X51), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4197,9 +4147,8 @@ static void layer51_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X52), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4239,9 +4188,8 @@ static void layer52_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X53), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4281,9 +4229,8 @@ static void layer53_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X54), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4323,9 +4270,8 @@ static void layer54_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X55), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4365,9 +4311,8 @@ static void layer55_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X56), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4407,9 +4352,8 @@ static void layer56_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X57), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4449,9 +4393,8 @@ static void layer57_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X58), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4491,9 +4434,8 @@ static void layer58_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X59), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4533,9 +4475,8 @@ static void layer59_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X60), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4575,9 +4516,8 @@ static void layer60_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X61), A(WS_RES), A(WS_Y), 352321536); /* residual */
@@ -4589,9 +4529,8 @@ static void layer60_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4641,9 +4580,8 @@ static void layer59_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4693,9 +4631,8 @@ static void layer58_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4745,9 +4682,8 @@ static void layer57_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4797,9 +4733,8 @@ static void layer56_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4849,9 +4784,8 @@ static void layer55_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4901,9 +4835,8 @@ static void layer54_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4953,9 +4886,8 @@ static void layer53_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5005,9 +4937,8 @@ static void layer52_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5057,9 +4988,8 @@ static void layer51_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5109,9 +5039,8 @@ static void layer50_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5161,9 +5090,8 @@ static void layer49_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5213,9 +5141,8 @@ static void layer48_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5265,9 +5192,8 @@ static void layer47_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5317,9 +5243,8 @@ static void layer46_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5369,9 +5294,8 @@ static void layer45_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5421,9 +5345,8 @@ static void layer44_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5473,9 +5396,8 @@ static void layer43_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5525,9 +5447,8 @@ static void layer42_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5577,9 +5498,8 @@ static void layer41_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5629,9 +5549,8 @@ static void layer40_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5681,9 +5600,8 @@ static void layer39_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5733,9 +5651,8 @@ static void layer38_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5785,9 +5702,8 @@ static void layer37_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5837,9 +5753,8 @@ static void layer36_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5889,9 +5804,8 @@ static void layer35_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5941,9 +5855,8 @@ static void layer34_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5993,9 +5906,8 @@ static void layer33_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6045,9 +5957,8 @@ static void layer32_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6097,9 +6008,8 @@ static void layer31_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6149,9 +6059,8 @@ static void layer30_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6201,9 +6110,8 @@ static void layer29_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6253,9 +6161,8 @@ static void layer28_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6305,9 +6212,8 @@ static void layer27_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6357,9 +6263,8 @@ static void layer26_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6409,9 +6314,8 @@ static void layer25_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6461,9 +6365,8 @@ static void layer24_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6513,9 +6416,8 @@ static void layer23_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6565,9 +6467,8 @@ static void layer22_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6617,9 +6518,8 @@ static void layer21_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6669,9 +6569,8 @@ static void layer20_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6721,9 +6620,8 @@ static void layer19_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6773,9 +6671,8 @@ static void layer18_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6825,9 +6722,8 @@ static void layer17_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6877,9 +6773,8 @@ static void layer16_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6929,9 +6824,8 @@ static void layer15_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6981,9 +6875,8 @@ static void layer14_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7033,9 +6926,8 @@ static void layer13_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7085,9 +6977,8 @@ static void layer12_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7137,9 +7028,8 @@ static void layer11_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7189,9 +7079,8 @@ static void layer10_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7241,9 +7130,8 @@ static void layer9_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7293,9 +7181,8 @@ static void layer8_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7345,9 +7232,8 @@ static void layer7_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7397,9 +7283,8 @@ static void layer6_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7449,9 +7334,8 @@ static void layer5_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7501,9 +7385,8 @@ static void layer4_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7553,9 +7436,8 @@ static void layer3_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */

@@ -733,9 +733,7 @@
 #define XSLOT1                  41653755264 /*  402653184 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
 #define XSLOT2                  42056408448 /*  402653184 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
 #define WS_LN1                            0 /*  402653184 [activations.forward_layer]: attention norm output */
-#define WS_Q                      402784256 /*  402653184 [activations.forward_layer]: queries (rotated) */
-#define WS_K                      805437440 /*  134217728 [activations.forward_layer]: keys (rotated) */
-#define WS_V                      939655168 /*  134217728 [activations.forward_layer]: values */
+#define WS_QKV                    402784256 /*  671088640 [activations.forward_layer]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define WS_ATT                   1073872896 /*  402653184 [activations.forward_layer]: attention output */
 #define WS_RES                   1482817536 /*  402653184 [activations.forward_layer]: residual stream after attention */
 #define WS_LN2                   1885470720 /*  402653184 [activations.forward_layer]: mlp norm output */
@@ -747,23 +745,19 @@
 #define WS_EG                    6368265216 /* 1174405120 [activations.forward_layer]: routed experts' gate */
 #define WS_EU                    7542670336 /* 1174405120 [activations.forward_layer]: routed experts' up */
 #define WS_EH                    8717075456 /* 1174405120 [activations.forward_layer]: routed experts' activation */
-#define WS_SG                    9891480576 /*  117440512 [activations.forward_layer]: shared experts' gate */
-#define WS_SU                   10008921088 /*  117440512 [activations.forward_layer]: shared experts' up */
+#define WS_SGU                   9891480576 /*  234881024 [activations.forward_layer]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define WS_SH                   10126361600 /*  117440512 [activations.forward_layer]: shared experts' activation */
 #define DX_A                    42459061632 /*  402653184 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
 #define DX_B                    42861714816 /*  402653184 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
 #define DLN                     43264368000 /*  402653184 [activations.grad_norm]: gradient of a norm's output */
 #define A2A                     18296865792 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1174405120 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
-#define DSG                             EDG /*  117440512 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (A2A + 1174405120) /* 1174405120 [moe.a2a_staging]: routed experts' up gradient: in A2A (an FFN's backward) */
-#define DSU                             EDU /*  117440512 [moe.a2a_staging]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
 #define EDH                    (A2A + 2348810240) /* 1174405120 [moe.a2a_staging]: routed experts' activation gradient: in A2A (an FFN's backward) */
 #define DSH                             EDH /*  117440512 [moe.a2a_staging]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DSGU                            A2A /*  234881024 [moe.a2a_staging]: shared experts' gate and up's gradient, each token's row g | u: in A2A (an FFN's backward) */
 #define DATT                            A2A /*  402653184 [moe.a2a_staging]: gradient of the attention output: in A2A (the attention's backward) */
-#define DQ                     (A2A + 402653184) /*  402653184 [moe.a2a_staging]: gradient of the queries: in A2A (the attention's backward) */
-#define DK                     (A2A + 805306368) /*  134217728 [moe.a2a_staging]: gradient of the keys: in A2A (the attention's backward) */
-#define DV                     (A2A + 939524096) /*  134217728 [moe.a2a_staging]: gradient of the values: in A2A (the attention's backward) */
+#define DQKV                   (A2A + 402653184) /*  671088640 [moe.a2a_staging]: gradient of the queries, keys and values, each token's row q | k | v: in A2A (the attention's backward) */
 #define WS_Y                            A2A /*  402653184 [moe.a2a_staging]: a block's output before the residual add: in A2A (a layer's forward) */
 #define LNF                             A2A /*  402653184 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 402653184) /* 1073741824 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
@@ -2055,12 +2049,9 @@ const RtTensor step_tensors[N_TENSORS] = {
  * saved boundary X0 (full checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X0), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2078,9 +2069,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2090,12 +2080,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
  * saved boundary X1 (full checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X1), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2113,9 +2100,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2125,12 +2111,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
  * saved boundary X2 (full checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X2), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2148,9 +2131,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2160,12 +2142,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
  * saved boundary X3 (full checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X3), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2183,9 +2162,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2195,12 +2173,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
  * saved boundary X4 (full checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X4), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2218,9 +2193,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2230,12 +2204,9 @@ static void layer4_forward(RtCtx *c, bool recompute) {
  * saved boundary X5 (full checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X5), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2253,9 +2224,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2265,12 +2235,9 @@ static void layer5_forward(RtCtx *c, bool recompute) {
  * saved boundary X6 (full checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X6), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2288,9 +2255,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2300,12 +2266,9 @@ static void layer6_forward(RtCtx *c, bool recompute) {
  * saved boundary X7 (full checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X7), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2323,9 +2286,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2335,12 +2297,9 @@ static void layer7_forward(RtCtx *c, bool recompute) {
  * saved boundary X8 (full checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X8), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2358,9 +2317,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2370,12 +2328,9 @@ static void layer8_forward(RtCtx *c, bool recompute) {
  * saved boundary X9 (full checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X9), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2393,9 +2348,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2405,12 +2359,9 @@ static void layer9_forward(RtCtx *c, bool recompute) {
  * saved boundary X10 (full checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X10), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2428,9 +2379,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2440,12 +2390,9 @@ static void layer10_forward(RtCtx *c, bool recompute) {
  * saved boundary X11 (full checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X11), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2463,9 +2410,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2475,12 +2421,9 @@ static void layer11_forward(RtCtx *c, bool recompute) {
  * saved boundary X12 (full checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X12), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2498,9 +2441,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2510,12 +2452,9 @@ static void layer12_forward(RtCtx *c, bool recompute) {
  * saved boundary X13 (full checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X13), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2533,9 +2472,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2545,12 +2483,9 @@ static void layer13_forward(RtCtx *c, bool recompute) {
  * saved boundary X14 (full checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X14), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2568,9 +2503,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2580,12 +2514,9 @@ static void layer14_forward(RtCtx *c, bool recompute) {
  * saved boundary X15 (full checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X15), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2603,9 +2534,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2615,12 +2545,9 @@ static void layer15_forward(RtCtx *c, bool recompute) {
  * saved boundary X16 (full checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X16), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2638,9 +2565,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2650,12 +2576,9 @@ static void layer16_forward(RtCtx *c, bool recompute) {
  * saved boundary X17 (full checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X17), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2673,9 +2596,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2685,12 +2607,9 @@ static void layer17_forward(RtCtx *c, bool recompute) {
  * saved boundary X18 (full checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X18), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2708,9 +2627,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2720,12 +2638,9 @@ static void layer18_forward(RtCtx *c, bool recompute) {
  * saved boundary X19 (full checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X19), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2743,9 +2658,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2755,12 +2669,9 @@ static void layer19_forward(RtCtx *c, bool recompute) {
  * saved boundary X20 (full checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X20), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2778,9 +2689,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2790,12 +2700,9 @@ static void layer20_forward(RtCtx *c, bool recompute) {
  * saved boundary X21 (full checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X21), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2813,9 +2720,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2825,12 +2731,9 @@ static void layer21_forward(RtCtx *c, bool recompute) {
  * saved boundary X22 (full checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X22), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2848,9 +2751,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2860,12 +2762,9 @@ static void layer22_forward(RtCtx *c, bool recompute) {
  * saved boundary X23 (full checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X23), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2883,9 +2782,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2895,12 +2793,9 @@ static void layer23_forward(RtCtx *c, bool recompute) {
  * saved boundary X24 (full checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X24), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2918,9 +2813,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2930,12 +2824,9 @@ static void layer24_forward(RtCtx *c, bool recompute) {
  * saved boundary X25 (full checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X25), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2953,9 +2844,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -2965,12 +2855,9 @@ static void layer25_forward(RtCtx *c, bool recompute) {
  * saved boundary X26 (full checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X26), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -2988,9 +2875,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3000,12 +2886,9 @@ static void layer26_forward(RtCtx *c, bool recompute) {
  * saved boundary X27 (full checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X27), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3023,9 +2906,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3035,12 +2917,9 @@ static void layer27_forward(RtCtx *c, bool recompute) {
  * saved boundary X28 (full checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X28), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3058,9 +2937,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3070,12 +2948,9 @@ static void layer28_forward(RtCtx *c, bool recompute) {
  * saved boundary X29 (full checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X29), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3093,9 +2968,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3105,12 +2979,9 @@ static void layer29_forward(RtCtx *c, bool recompute) {
  * saved boundary X30 (full checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X30), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3128,9 +2999,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3140,12 +3010,9 @@ static void layer30_forward(RtCtx *c, bool recompute) {
  * saved boundary X31 (full checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X31), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3163,9 +3030,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3175,12 +3041,9 @@ static void layer31_forward(RtCtx *c, bool recompute) {
  * saved boundary X32 (full checkpointing). */
 static void layer32_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X32), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X32), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3198,9 +3061,8 @@ static void layer32_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3210,12 +3072,9 @@ static void layer32_forward(RtCtx *c, bool recompute) {
  * saved boundary X33 (full checkpointing). */
 static void layer33_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X33), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X33), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3233,9 +3092,8 @@ static void layer33_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3245,12 +3103,9 @@ static void layer33_forward(RtCtx *c, bool recompute) {
  * saved boundary X34 (full checkpointing). */
 static void layer34_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X34), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X34), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3268,9 +3123,8 @@ static void layer34_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3280,12 +3134,9 @@ static void layer34_forward(RtCtx *c, bool recompute) {
  * saved boundary X35 (full checkpointing). */
 static void layer35_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X35), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X35), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3303,9 +3154,8 @@ static void layer35_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3315,12 +3165,9 @@ static void layer35_forward(RtCtx *c, bool recompute) {
  * saved boundary X36 (full checkpointing). */
 static void layer36_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X36), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X36), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3338,9 +3185,8 @@ static void layer36_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3350,12 +3196,9 @@ static void layer36_forward(RtCtx *c, bool recompute) {
  * saved boundary X37 (full checkpointing). */
 static void layer37_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X37), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X37), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3373,9 +3216,8 @@ static void layer37_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3385,12 +3227,9 @@ static void layer37_forward(RtCtx *c, bool recompute) {
  * saved boundary X38 (full checkpointing). */
 static void layer38_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X38), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X38), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3408,9 +3247,8 @@ static void layer38_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3420,12 +3258,9 @@ static void layer38_forward(RtCtx *c, bool recompute) {
  * saved boundary X39 (full checkpointing). */
 static void layer39_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X39), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X39), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3443,9 +3278,8 @@ static void layer39_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3455,12 +3289,9 @@ static void layer39_forward(RtCtx *c, bool recompute) {
  * saved boundary X40 (full checkpointing). */
 static void layer40_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X40), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X40), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3478,9 +3309,8 @@ static void layer40_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3490,12 +3320,9 @@ static void layer40_forward(RtCtx *c, bool recompute) {
  * saved boundary X41 (full checkpointing). */
 static void layer41_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X41), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X41), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3513,9 +3340,8 @@ static void layer41_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3525,12 +3351,9 @@ static void layer41_forward(RtCtx *c, bool recompute) {
  * saved boundary X42 (full checkpointing). */
 static void layer42_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X42), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X42), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3548,9 +3371,8 @@ static void layer42_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3560,12 +3382,9 @@ static void layer42_forward(RtCtx *c, bool recompute) {
  * saved boundary X43 (full checkpointing). */
 static void layer43_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X43), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X43), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3583,9 +3402,8 @@ static void layer43_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3595,12 +3413,9 @@ static void layer43_forward(RtCtx *c, bool recompute) {
  * saved boundary X44 (full checkpointing). */
 static void layer44_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X44), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X44), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3618,9 +3433,8 @@ static void layer44_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3630,12 +3444,9 @@ static void layer44_forward(RtCtx *c, bool recompute) {
  * saved boundary X45 (full checkpointing). */
 static void layer45_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X45), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X45), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3653,9 +3464,8 @@ static void layer45_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3665,12 +3475,9 @@ static void layer45_forward(RtCtx *c, bool recompute) {
  * saved boundary X46 (full checkpointing). */
 static void layer46_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X46), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X46), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3688,9 +3495,8 @@ static void layer46_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3700,12 +3506,9 @@ static void layer46_forward(RtCtx *c, bool recompute) {
  * saved boundary X47 (full checkpointing). */
 static void layer47_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X47), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X47), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3723,9 +3526,8 @@ static void layer47_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3735,12 +3537,9 @@ static void layer47_forward(RtCtx *c, bool recompute) {
  * saved boundary X48 (full checkpointing). */
 static void layer48_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X48), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X48), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3758,9 +3557,8 @@ static void layer48_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X49), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3770,12 +3568,9 @@ static void layer48_forward(RtCtx *c, bool recompute) {
  * saved boundary X49 (full checkpointing). */
 static void layer49_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X49), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X49), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3793,9 +3588,8 @@ static void layer49_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X50), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3805,12 +3599,9 @@ static void layer49_forward(RtCtx *c, bool recompute) {
  * saved boundary X50 (full checkpointing). */
 static void layer50_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X50), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X50), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3828,9 +3619,8 @@ static void layer50_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X51), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3840,12 +3630,9 @@ static void layer50_forward(RtCtx *c, bool recompute) {
  * saved boundary X51 (full checkpointing). */
 static void layer51_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X51), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X51), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3863,9 +3650,8 @@ static void layer51_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X52), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3875,12 +3661,9 @@ static void layer51_forward(RtCtx *c, bool recompute) {
  * saved boundary X52 (full checkpointing). */
 static void layer52_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X52), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X52), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3898,9 +3681,8 @@ static void layer52_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X53), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3910,12 +3692,9 @@ static void layer52_forward(RtCtx *c, bool recompute) {
  * saved boundary X53 (full checkpointing). */
 static void layer53_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X53), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X53), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3933,9 +3712,8 @@ static void layer53_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X54), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3945,12 +3723,9 @@ static void layer53_forward(RtCtx *c, bool recompute) {
  * saved boundary X54 (full checkpointing). */
 static void layer54_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X54), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X54), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -3968,9 +3743,8 @@ static void layer54_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X55), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -3980,12 +3754,9 @@ static void layer54_forward(RtCtx *c, bool recompute) {
  * saved boundary X55 (full checkpointing). */
 static void layer55_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X55), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X55), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4003,9 +3774,8 @@ static void layer55_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X56), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4015,12 +3785,9 @@ static void layer55_forward(RtCtx *c, bool recompute) {
  * saved boundary X56 (full checkpointing). */
 static void layer56_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X56), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X56), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4038,9 +3805,8 @@ static void layer56_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X57), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4050,12 +3816,9 @@ static void layer56_forward(RtCtx *c, bool recompute) {
  * saved boundary X57 (full checkpointing). */
 static void layer57_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X57), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X57), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4073,9 +3836,8 @@ static void layer57_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X58), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4085,12 +3847,9 @@ static void layer57_forward(RtCtx *c, bool recompute) {
  * saved boundary X58 (full checkpointing). */
 static void layer58_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X58), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X58), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4108,9 +3867,8 @@ static void layer58_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X59), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4120,12 +3878,9 @@ static void layer58_forward(RtCtx *c, bool recompute) {
  * saved boundary X59 (full checkpointing). */
 static void layer59_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X59), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X59), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4143,9 +3898,8 @@ static void layer59_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X60), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4155,12 +3909,9 @@ static void layer59_forward(RtCtx *c, bool recompute) {
  * saved boundary X60 (full checkpointing). */
 static void layer60_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X60), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X60), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4178,9 +3929,8 @@ static void layer60_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X61), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4190,12 +3940,9 @@ static void layer60_forward(RtCtx *c, bool recompute) {
  * saved boundary X61 (full checkpointing). */
 static void layer61_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X61), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X61), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4213,9 +3960,8 @@ static void layer61_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X62), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4225,12 +3971,9 @@ static void layer61_forward(RtCtx *c, bool recompute) {
  * saved boundary X62 (full checkpointing). */
 static void layer62_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X62), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X62), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4248,9 +3991,8 @@ static void layer62_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X63), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4260,12 +4002,9 @@ static void layer62_forward(RtCtx *c, bool recompute) {
  * saved boundary X63 (full checkpointing). */
 static void layer63_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X63), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X63), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4283,9 +4022,8 @@ static void layer63_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X64), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4295,12 +4033,9 @@ static void layer63_forward(RtCtx *c, bool recompute) {
  * saved boundary X64 (full checkpointing). */
 static void layer64_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X64), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X64), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4318,9 +4053,8 @@ static void layer64_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X65), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4330,12 +4064,9 @@ static void layer64_forward(RtCtx *c, bool recompute) {
  * saved boundary X65 (full checkpointing). */
 static void layer65_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X65), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X65), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4353,9 +4084,8 @@ static void layer65_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X66), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4365,12 +4095,9 @@ static void layer65_forward(RtCtx *c, bool recompute) {
  * saved boundary X66 (full checkpointing). */
 static void layer66_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X66), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X66), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4388,9 +4115,8 @@ static void layer66_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X67), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4400,12 +4126,9 @@ static void layer66_forward(RtCtx *c, bool recompute) {
  * saved boundary X67 (full checkpointing). */
 static void layer67_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X67), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X67), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4423,9 +4146,8 @@ static void layer67_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X68), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4435,12 +4157,9 @@ static void layer67_forward(RtCtx *c, bool recompute) {
  * saved boundary X68 (full checkpointing). */
 static void layer68_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X68), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X68), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4458,9 +4177,8 @@ static void layer68_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X69), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4470,12 +4188,9 @@ static void layer68_forward(RtCtx *c, bool recompute) {
  * saved boundary X69 (full checkpointing). */
 static void layer69_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X69), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X69), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4493,9 +4208,8 @@ static void layer69_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X70), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4505,12 +4219,9 @@ static void layer69_forward(RtCtx *c, bool recompute) {
  * saved boundary X70 (full checkpointing). */
 static void layer70_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X70), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X70), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4528,9 +4239,8 @@ static void layer70_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X71), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4540,12 +4250,9 @@ static void layer70_forward(RtCtx *c, bool recompute) {
  * saved boundary X71 (full checkpointing). */
 static void layer71_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X71), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X71), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4563,9 +4270,8 @@ static void layer71_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X72), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4575,12 +4281,9 @@ static void layer71_forward(RtCtx *c, bool recompute) {
  * saved boundary X72 (full checkpointing). */
 static void layer72_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X72), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X72), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4598,9 +4301,8 @@ static void layer72_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X73), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4610,12 +4312,9 @@ static void layer72_forward(RtCtx *c, bool recompute) {
  * saved boundary X73 (full checkpointing). */
 static void layer73_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X73), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
   rt_add(A(WS_RES), A(X73), A(WS_Y), 402653184); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
@@ -4633,9 +4332,8 @@ static void layer73_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
   rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
   rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X74), A(WS_RES), A(WS_Y), 402653184); /* residual */
@@ -4647,9 +4345,8 @@ static void layer73_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4673,12 +4370,9 @@ static void layer73_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X73), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4688,9 +4382,8 @@ static void layer72_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4714,12 +4407,9 @@ static void layer72_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X72), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4729,9 +4419,8 @@ static void layer71_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4755,12 +4444,9 @@ static void layer71_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X71), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4770,9 +4456,8 @@ static void layer70_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4796,12 +4481,9 @@ static void layer70_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X70), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4811,9 +4493,8 @@ static void layer69_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4837,12 +4518,9 @@ static void layer69_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X69), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4852,9 +4530,8 @@ static void layer68_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4878,12 +4555,9 @@ static void layer68_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X68), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4893,9 +4567,8 @@ static void layer67_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4919,12 +4592,9 @@ static void layer67_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X67), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4934,9 +4604,8 @@ static void layer66_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4960,12 +4629,9 @@ static void layer66_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X66), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -4975,9 +4641,8 @@ static void layer65_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5001,12 +4666,9 @@ static void layer65_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X65), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5016,9 +4678,8 @@ static void layer64_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5042,12 +4703,9 @@ static void layer64_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X64), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5057,9 +4715,8 @@ static void layer63_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5083,12 +4740,9 @@ static void layer63_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X63), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5098,9 +4752,8 @@ static void layer62_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5124,12 +4777,9 @@ static void layer62_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X62), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5139,9 +4789,8 @@ static void layer61_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5165,12 +4814,9 @@ static void layer61_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X61), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5180,9 +4826,8 @@ static void layer60_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5206,12 +4851,9 @@ static void layer60_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X60), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5221,9 +4863,8 @@ static void layer59_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5247,12 +4888,9 @@ static void layer59_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X59), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5262,9 +4900,8 @@ static void layer58_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5288,12 +4925,9 @@ static void layer58_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X58), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5303,9 +4937,8 @@ static void layer57_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5329,12 +4962,9 @@ static void layer57_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X57), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5344,9 +4974,8 @@ static void layer56_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5370,12 +4999,9 @@ static void layer56_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X56), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5385,9 +5011,8 @@ static void layer55_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5411,12 +5036,9 @@ static void layer55_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X55), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5426,9 +5048,8 @@ static void layer54_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5452,12 +5073,9 @@ static void layer54_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X54), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5467,9 +5085,8 @@ static void layer53_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5493,12 +5110,9 @@ static void layer53_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X53), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5508,9 +5122,8 @@ static void layer52_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5534,12 +5147,9 @@ static void layer52_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X52), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5549,9 +5159,8 @@ static void layer51_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5575,12 +5184,9 @@ static void layer51_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X51), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5590,9 +5196,8 @@ static void layer50_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5616,12 +5221,9 @@ static void layer50_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X50), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5631,9 +5233,8 @@ static void layer49_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5657,12 +5258,9 @@ static void layer49_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X49), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5672,9 +5270,8 @@ static void layer48_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5698,12 +5295,9 @@ static void layer48_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X48), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5713,9 +5307,8 @@ static void layer47_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5739,12 +5332,9 @@ static void layer47_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X47), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5754,9 +5344,8 @@ static void layer46_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5780,12 +5369,9 @@ static void layer46_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X46), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5795,9 +5381,8 @@ static void layer45_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5821,12 +5406,9 @@ static void layer45_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X45), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5836,9 +5418,8 @@ static void layer44_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5862,12 +5443,9 @@ static void layer44_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X44), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5877,9 +5455,8 @@ static void layer43_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5903,12 +5480,9 @@ static void layer43_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X43), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5918,9 +5492,8 @@ static void layer42_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5944,12 +5517,9 @@ static void layer42_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X42), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -5959,9 +5529,8 @@ static void layer41_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5985,12 +5554,9 @@ static void layer41_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X41), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6000,9 +5566,8 @@ static void layer40_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6026,12 +5591,9 @@ static void layer40_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X40), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6041,9 +5603,8 @@ static void layer39_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6067,12 +5628,9 @@ static void layer39_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X39), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6082,9 +5640,8 @@ static void layer38_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6108,12 +5665,9 @@ static void layer38_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X38), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6123,9 +5677,8 @@ static void layer37_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6149,12 +5702,9 @@ static void layer37_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X37), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6164,9 +5714,8 @@ static void layer36_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6190,12 +5739,9 @@ static void layer36_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X36), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6205,9 +5751,8 @@ static void layer35_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6231,12 +5776,9 @@ static void layer35_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X35), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6246,9 +5788,8 @@ static void layer34_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6272,12 +5813,9 @@ static void layer34_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X34), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6287,9 +5825,8 @@ static void layer33_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6313,12 +5850,9 @@ static void layer33_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X33), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6328,9 +5862,8 @@ static void layer32_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6354,12 +5887,9 @@ static void layer32_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6369,9 +5899,8 @@ static void layer31_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6395,12 +5924,9 @@ static void layer31_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6410,9 +5936,8 @@ static void layer30_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6436,12 +5961,9 @@ static void layer30_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6451,9 +5973,8 @@ static void layer29_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6477,12 +5998,9 @@ static void layer29_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6492,9 +6010,8 @@ static void layer28_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6518,12 +6035,9 @@ static void layer28_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6533,9 +6047,8 @@ static void layer27_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6559,12 +6072,9 @@ static void layer27_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6574,9 +6084,8 @@ static void layer26_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6600,12 +6109,9 @@ static void layer26_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6615,9 +6121,8 @@ static void layer25_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6641,12 +6146,9 @@ static void layer25_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6656,9 +6158,8 @@ static void layer24_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6682,12 +6183,9 @@ static void layer24_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6697,9 +6195,8 @@ static void layer23_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6723,12 +6220,9 @@ static void layer23_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6738,9 +6232,8 @@ static void layer22_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6764,12 +6257,9 @@ static void layer22_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6779,9 +6269,8 @@ static void layer21_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6805,12 +6294,9 @@ static void layer21_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6820,9 +6306,8 @@ static void layer20_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6846,12 +6331,9 @@ static void layer20_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6861,9 +6343,8 @@ static void layer19_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6887,12 +6368,9 @@ static void layer19_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6902,9 +6380,8 @@ static void layer18_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6928,12 +6405,9 @@ static void layer18_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6943,9 +6417,8 @@ static void layer17_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6969,12 +6442,9 @@ static void layer17_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -6984,9 +6454,8 @@ static void layer16_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7010,12 +6479,9 @@ static void layer16_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7025,9 +6491,8 @@ static void layer15_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7051,12 +6516,9 @@ static void layer15_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7066,9 +6528,8 @@ static void layer14_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7092,12 +6553,9 @@ static void layer14_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7107,9 +6565,8 @@ static void layer13_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7133,12 +6590,9 @@ static void layer13_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7148,9 +6602,8 @@ static void layer12_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7174,12 +6627,9 @@ static void layer12_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7189,9 +6639,8 @@ static void layer11_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7215,12 +6664,9 @@ static void layer11_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7230,9 +6676,8 @@ static void layer10_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7256,12 +6701,9 @@ static void layer10_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7271,9 +6713,8 @@ static void layer9_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7297,12 +6738,9 @@ static void layer9_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7312,9 +6750,8 @@ static void layer8_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7338,12 +6775,9 @@ static void layer8_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7353,9 +6787,8 @@ static void layer7_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7379,12 +6812,9 @@ static void layer7_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7394,9 +6824,8 @@ static void layer6_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7420,12 +6849,9 @@ static void layer6_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7435,9 +6861,8 @@ static void layer5_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7461,12 +6886,9 @@ static void layer5_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7476,9 +6898,8 @@ static void layer4_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7502,12 +6923,9 @@ static void layer4_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7517,9 +6935,8 @@ static void layer3_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7543,12 +6960,9 @@ static void layer3_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7558,9 +6972,8 @@ static void layer2_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7584,12 +6997,9 @@ static void layer2_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7599,9 +7009,8 @@ static void layer1_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7625,12 +7034,9 @@ static void layer1_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
@@ -7640,9 +7046,8 @@ static void layer0_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7666,12 +7071,9 @@ static void layer0_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
   rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 65536, 6144);
 }
 

@@ -390,9 +390,7 @@
 #define XSLOT1                  38058258688 /*  536870912 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
 #define XSLOT2                  38595129600 /*  536870912 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
 #define WS_LN1                            0 /*  536870912 [activations.forward_layer]: attention norm output */
-#define WS_Q                      537133056 /*  536870912 [activations.forward_layer]: queries (rotated) */
-#define WS_K                     1074003968 /*  134217728 [activations.forward_layer]: keys (rotated) */
-#define WS_V                     1208221696 /*  134217728 [activations.forward_layer]: values */
+#define WS_QKV                    537133056 /*  805306368 [activations.forward_layer]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define WS_ATT                   1342439424 /*  536870912 [activations.forward_layer]: attention output */
 #define WS_RES                   1887698944 /*  536870912 [activations.forward_layer]: residual stream after attention */
 #define WS_LN2                   2424569856 /*  536870912 [activations.forward_layer]: mlp norm output */
@@ -409,9 +407,7 @@
 #define EDU                    (LWS + 3758096384) /* 3758096384 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
 #define EDH                    (LWS + 7516192768) /* 3758096384 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
 #define DATT                            LWS /*  536870912 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
-#define DQ                     (LWS + 536870912) /*  536870912 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
-#define DK                     (LWS + 1073741824) /*  134217728 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
-#define DV                     (LWS + 1207959552) /*  134217728 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
+#define DQKV                   (LWS + 536870912) /*  805306368 [workspace.shared]: gradient of the queries, keys and values, each token's row q | k | v: in LWS (the attention's backward) */
 #define WS_Y                            LWS /*  536870912 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
 #define LNF                             LWS /*  536870912 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 536870912) /* 1073741824 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
@@ -891,12 +887,9 @@ const RtTensor step_tensors[N_TENSORS] = {
  * saved boundary X0 (full checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X0), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X0), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -915,12 +908,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
  * saved boundary X1 (full checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X1), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X1), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -939,12 +929,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
  * saved boundary X2 (full checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X2), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X2), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -963,12 +950,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
  * saved boundary X3 (full checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X3), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X3), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -987,12 +971,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
  * saved boundary X4 (full checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X4), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X4), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1011,12 +992,9 @@ static void layer4_forward(RtCtx *c, bool recompute) {
  * saved boundary X5 (full checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X5), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X5), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1035,12 +1013,9 @@ static void layer5_forward(RtCtx *c, bool recompute) {
  * saved boundary X6 (full checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X6), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X6), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1059,12 +1034,9 @@ static void layer6_forward(RtCtx *c, bool recompute) {
  * saved boundary X7 (full checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X7), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X7), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1083,12 +1055,9 @@ static void layer7_forward(RtCtx *c, bool recompute) {
  * saved boundary X8 (full checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X8), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X8), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1107,12 +1076,9 @@ static void layer8_forward(RtCtx *c, bool recompute) {
  * saved boundary X9 (full checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X9), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X9), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1131,12 +1097,9 @@ static void layer9_forward(RtCtx *c, bool recompute) {
  * saved boundary X10 (full checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X10), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X10), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1155,12 +1118,9 @@ static void layer10_forward(RtCtx *c, bool recompute) {
  * saved boundary X11 (full checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X11), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X11), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1179,12 +1139,9 @@ static void layer11_forward(RtCtx *c, bool recompute) {
  * saved boundary X12 (full checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X12), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X12), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1203,12 +1160,9 @@ static void layer12_forward(RtCtx *c, bool recompute) {
  * saved boundary X13 (full checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X13), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X13), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1227,12 +1181,9 @@ static void layer13_forward(RtCtx *c, bool recompute) {
  * saved boundary X14 (full checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X14), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X14), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1251,12 +1202,9 @@ static void layer14_forward(RtCtx *c, bool recompute) {
  * saved boundary X15 (full checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X15), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X15), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1275,12 +1223,9 @@ static void layer15_forward(RtCtx *c, bool recompute) {
  * saved boundary X16 (full checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X16), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X16), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1299,12 +1244,9 @@ static void layer16_forward(RtCtx *c, bool recompute) {
  * saved boundary X17 (full checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X17), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X17), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1323,12 +1265,9 @@ static void layer17_forward(RtCtx *c, bool recompute) {
  * saved boundary X18 (full checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X18), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X18), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1347,12 +1286,9 @@ static void layer18_forward(RtCtx *c, bool recompute) {
  * saved boundary X19 (full checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X19), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X19), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1371,12 +1307,9 @@ static void layer19_forward(RtCtx *c, bool recompute) {
  * saved boundary X20 (full checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X20), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X20), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1395,12 +1328,9 @@ static void layer20_forward(RtCtx *c, bool recompute) {
  * saved boundary X21 (full checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X21), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X21), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1419,12 +1349,9 @@ static void layer21_forward(RtCtx *c, bool recompute) {
  * saved boundary X22 (full checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X22), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X22), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1443,12 +1370,9 @@ static void layer22_forward(RtCtx *c, bool recompute) {
  * saved boundary X23 (full checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X23), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X23), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1467,12 +1391,9 @@ static void layer23_forward(RtCtx *c, bool recompute) {
  * saved boundary X24 (full checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X24), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X24), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1491,12 +1412,9 @@ static void layer24_forward(RtCtx *c, bool recompute) {
  * saved boundary X25 (full checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X25), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X25), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1515,12 +1433,9 @@ static void layer25_forward(RtCtx *c, bool recompute) {
  * saved boundary X26 (full checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X26), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X26), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1539,12 +1454,9 @@ static void layer26_forward(RtCtx *c, bool recompute) {
  * saved boundary X27 (full checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X27), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X27), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1563,12 +1475,9 @@ static void layer27_forward(RtCtx *c, bool recompute) {
  * saved boundary X28 (full checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X28), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X28), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1587,12 +1496,9 @@ static void layer28_forward(RtCtx *c, bool recompute) {
  * saved boundary X29 (full checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X29), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X29), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1611,12 +1517,9 @@ static void layer29_forward(RtCtx *c, bool recompute) {
  * saved boundary X30 (full checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X30), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X30), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1635,12 +1538,9 @@ static void layer30_forward(RtCtx *c, bool recompute) {
  * saved boundary X31 (full checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X31), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
   rt_add(A(WS_RES), A(X31), A(WS_Y), 536870912); /* residual */
   rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
@@ -1673,12 +1573,9 @@ static void layer31_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1700,12 +1597,9 @@ static void layer30_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1727,12 +1621,9 @@ static void layer29_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1754,12 +1645,9 @@ static void layer28_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1781,12 +1669,9 @@ static void layer27_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1808,12 +1693,9 @@ static void layer26_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1835,12 +1717,9 @@ static void layer25_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1862,12 +1741,9 @@ static void layer24_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1889,12 +1765,9 @@ static void layer23_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1916,12 +1789,9 @@ static void layer22_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1943,12 +1813,9 @@ static void layer21_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1970,12 +1837,9 @@ static void layer20_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -1997,12 +1861,9 @@ static void layer19_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2024,12 +1885,9 @@ static void layer18_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2051,12 +1909,9 @@ static void layer17_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2078,12 +1933,9 @@ static void layer16_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2105,12 +1957,9 @@ static void layer15_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2132,12 +1981,9 @@ static void layer14_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2159,12 +2005,9 @@ static void layer13_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2186,12 +2029,9 @@ static void layer12_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2213,12 +2053,9 @@ static void layer11_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2240,12 +2077,9 @@ static void layer10_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2267,12 +2101,9 @@ static void layer9_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2294,12 +2125,9 @@ static void layer8_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2321,12 +2149,9 @@ static void layer7_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2348,12 +2173,9 @@ static void layer6_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2375,12 +2197,9 @@ static void layer5_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2402,12 +2221,9 @@ static void layer4_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2429,12 +2245,9 @@ static void layer3_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2456,12 +2269,9 @@ static void layer2_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2483,12 +2293,9 @@ static void layer1_backward(RtCtx *c) {
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
@@ -2510,12 +2317,9 @@ static void layer0_backward(RtCtx *c) {
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
   rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 131072, 4096);
 }
 

@@ -268,8 +268,9 @@ extern "C" __global__ void colsum_add(act *dw, const act *a, const act *b, const
 // ==== templates/kernels/20-rope.cu: rotary position embeddings (plain, YaRN, Llama 3.1) ====
 
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
-// HEAD_DIM); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
-extern "C" __global__ void rope(act *x, int heads, float sign) {
+// HEAD_DIM), tokens ld elements apart (heads × HEAD_DIM, or a fused q | k | v row's width: its
+// first heads are q's and k's); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope(act *x, int heads, int ld, float sign) {
   int t = blockIdx.x, pos = t % SEQ_LEN;
   for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
     int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
@@ -278,7 +279,7 @@ extern "C" __global__ void rope(act *x, int heads, float sign) {
     double sd, cd;
     sincos((double)pos * exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA)), &sd, &cd);
     float c = (float)cd, s = sign * (float)sd;
-    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    act *p = x + (size_t)t * ld + h * HEAD_DIM;
     float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
     p[i] = to_act(a * c - b * s);
     p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
@@ -310,8 +311,9 @@ extern "C" __global__ void rope_yarn(act *x, int heads, float sign, float factor
 // RoPE with Llama 3.1's frequency scaling (model.rope_scaling type llama3; the cpu's
 // rt_rope_llama3_*): inverse frequency f = θ^(−2i/HEAD_DIM) of wavelength λ = 2π/f is kept where
 // λ < orig/high, divided by factor where λ > orig/low, and blended by s = (orig/λ − low)/(high −
-// low) between. Angles in double, as rope's. grid TOKENS, block heads × HEAD_DIM/2.
-extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float factor, float low, float high,
+// low) between. Angles in double, as rope's. Tokens ld elements apart, as rope's. grid TOKENS,
+// block heads × HEAD_DIM/2.
+extern "C" __global__ void rope_llama3(act *x, int heads, int ld, float sign, float factor, float low, float high,
                                        float orig) {
   int t = blockIdx.x, pos = t % SEQ_LEN;
   for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
@@ -326,7 +328,7 @@ extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float fact
     double sd, cd;
     sincos((double)pos * f, &sd, &cd);
     float c = (float)cd, s = sign * (float)sd;
-    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    act *p = x + (size_t)t * ld + h * HEAD_DIM;
     float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
     p[i] = to_act(a * c - b * s);
     p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
@@ -376,6 +378,25 @@ extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, cons
     ou.h[j] = to_act(dy * x * s);
   }
   ((Vec *)dg)[i] = og, ((Vec *)du)[i] = ou;
+}
+
+// SwiGLU over one fused gate|up projection's rows: gu (rows, 2F), row r's g at r·2F, its u at
+// r·2F + F; h (rows, F). One thread per element of h (n = rows · F).
+extern "C" __global__ void swiglu_rows_forward(act *h, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F;
+  h[i] = to_act(silu(f32(gu[r * 2 * F + j])) * f32(gu[r * 2 * F + F + j]));
+}
+
+// Its backward: dgu (rows, 2F) written, the same layout.
+extern "C" __global__ void swiglu_rows_backward(act *dgu, const act *dh, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F, g = r * 2 * F + j;
+  float x = f32(gu[g]), s = 1.f / (1.f + __expf(-x)), dy = f32(dh[i]);
+  dgu[g] = to_act(dy * f32(gu[g + F]) * s * (1.f + x * (1.f - s)));
+  dgu[g + F] = to_act(dy * x * s);
 }
 
 // GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx = dh gelu'(x).
@@ -456,7 +477,8 @@ extern "C" __global__ void residual_add(act *out, const act *a, const act *b, lo
 // recomputed in backward from the saved log-sum-exp (the structure of FlashAttention, Dao et
 // al. 2022, without its tiling: correct first, fast later). q (TOKENS, HEADS, HEAD_DIM); k
 // (TOKENS, KV_HEADS, HEAD_DIM); v (TOKENS, KV_HEADS, V_DIM); out (TOKENS, HEADS, V_DIM); lse
-// (TOKENS, HEADS). V_DIM is MLA's v_head_dim (HEAD_DIM = qk_nope + qk_rope there), else HEAD_DIM.
+// (TOKENS, HEADS). q, k, v (and dq, dk, dv) are read at token strides qld, kld, vld (elements:
+// HEADS·HEAD_DIM etc. when contiguous, the fused row's width when views of one QKV buffer). V_DIM is MLA's v_head_dim (HEAD_DIM = qk_nope + qk_rope there), else HEAD_DIM.
 // Block 128 threads = 4 warps.
 #ifndef V_DIM
 #define V_DIM HEAD_DIM
@@ -484,17 +506,18 @@ template <int W> __device__ __forceinline__ float row_dot(const float *a, const 
   return warp_sum(s);
 }
 
-extern "C" __global__ void attention_forward(act *out, float *lse, const act *q, const act *k, const act *v) {
+extern "C" __global__ void attention_forward(act *out, float *lse, const act *q, const act *k, const act *v, int qld, int kld,
+                                              int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
   float qr[DPL], acc[VPL], m = NEG_INF, l = 0;
-  load_row<HEAD_DIM>(qr, q + ((size_t)n * HEADS + h) * HEAD_DIM, lane);
+  load_row<HEAD_DIM>(qr, q + (size_t)n * qld + h * HEAD_DIM, lane);
 #pragma unroll
   for (int i = 0; i < VPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    size_t kv = (size_t)(first + j) * kld + kvh * HEAD_DIM, vv = (size_t)(first + j) * vld + kvh * V_DIM;
     float s = scale * row_dot<HEAD_DIM>(qr, k + kv, lane), mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
     l = l * corr + p;
 #pragma unroll
@@ -511,19 +534,20 @@ extern "C" __global__ void attention_forward(act *out, float *lse, const act *q,
 
 // dq (written) and delta = dout · out per (token, head), saved for attention_backward_dkv.
 extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const act *dout, const act *q,
-                                                 const act *k, const act *v, const act *out, const float *lse) {
+                                                 const act *k, const act *v, const act *out, const float *lse,
+                                                 int qld, int kld, int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t row = ((size_t)n * HEADS + h) * HEAD_DIM, vrow = ((size_t)n * HEADS + h) * V_DIM;
+  size_t row = (size_t)n * qld + h * HEAD_DIM, vrow = ((size_t)n * HEADS + h) * V_DIM;
   float qr[DPL], dor[VPL], acc[DPL];
   load_row<HEAD_DIM>(qr, q + row, lane), load_row<V_DIM>(dor, dout + vrow, lane);
   float D = row_dot<V_DIM>(dor, out + vrow, lane), L = lse[(size_t)n * HEADS + h];
 #pragma unroll
   for (int i = 0; i < DPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    size_t kv = (size_t)(first + j) * kld + kvh * HEAD_DIM, vv = (size_t)(first + j) * vld + kvh * V_DIM;
     float p = __expf(scale * row_dot<HEAD_DIM>(qr, k + kv, lane) - L), ds = p * (row_dot<V_DIM>(dor, v + vv, lane) - D);
 #pragma unroll
     for (int i = 0; i < DPL; i++)
@@ -538,12 +562,13 @@ extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const ac
 // dk, dv (written): one warp per (token j, KV head), summing over the GROUP query heads and the
 // queries t >= j that attend to it.
 extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                                  const act *v, const float *lse, const float *delta) {
+                                                  const act *v, const float *lse, const float *delta, int qld,
+                                                  int kld, int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * KV_HEADS) return;
   int n = w / KV_HEADS, kvh = w % KV_HEADS, j = n % SEQ_LEN, first = n - j;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t kv = ((size_t)n * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)n * KV_HEADS + kvh) * V_DIM;
+  size_t kv = (size_t)n * kld + kvh * HEAD_DIM, vv = (size_t)n * vld + kvh * V_DIM;
   float kr[DPL], vr[VPL], dkacc[DPL], dvacc[VPL];
   load_row<HEAD_DIM>(kr, k + kv, lane), load_row<V_DIM>(vr, v + vv, lane);
 #pragma unroll
@@ -553,7 +578,7 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   for (int g = 0; g < GROUP; g++) {
     int h = kvh * GROUP + g;
     for (int t = j; t < SEQ_LEN; t++) {
-      size_t row = ((size_t)(first + t) * HEADS + h) * HEAD_DIM, vrow = ((size_t)(first + t) * HEADS + h) * V_DIM;
+      size_t row = (size_t)(first + t) * qld + h * HEAD_DIM, vrow = ((size_t)(first + t) * HEADS + h) * V_DIM;
       float p = __expf(scale * row_dot<HEAD_DIM>(kr, q + row, lane) - lse[(size_t)(first + t) * HEADS + h]);
       float ds = p * (row_dot<V_DIM>(vr, dout + vrow, lane) - delta[(size_t)(first + t) * HEADS + h]);
 #pragma unroll
@@ -1298,7 +1323,8 @@ __device__ __forceinline__ void flash_write(act *dst, size_t dst_ld, Acc *a, flo
 // 16w..16w+15, Q in registers, O in fp32 accumulators, the running max m and sum l per row held
 // by the lane pair that owns the row in the softmax (row lane / 2, columns half (lane % 2)).
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
-    flash_attention_forward(act *out, float *lse, const act *q, const act *k, const act *v) {
+    flash_attention_forward(act *out, float *lse, const act *q, const act *k, const act *v, int qld, int kld,
+                            int vld) {
   __shared__ __align__(128) bf16 kv[FLASH_BK * FLASH_LD]; // the Q tile, then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_SLD]; // scores S (16, FLASH_BK)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_PLD];   // probabilities P (16, FLASH_BK)
@@ -1311,7 +1337,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   bf16 *P = pb[w];
   int rows[ACC_N];
   acc_rows(rows, S, FLASH_SLD);
-  flash_load(kv, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(kv, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BQ);
   __syncthreads();
   FragA qf[HEAD_DIM / 16];
   Acc o[HEAD_DIM / 16];
@@ -1324,7 +1350,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * FLASH_BK;
     __syncthreads(); // every warp is done with kv (Q, or V of the last step)
-    flash_load(kv, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BK);
+    flash_load(kv, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BK);
     __syncthreads();
     // S (16, FLASH_BK) = Q_w Kᵀ
 #pragma unroll
@@ -1363,7 +1389,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
 #pragma unroll
       for (int i = 0; i < ACC_N; i++) o[d].x[i] *= rv[rows[i]];
     __syncthreads(); // every warp is done with K
-    flash_load(kv, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BK);
+    flash_load(kv, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BK);
     __syncthreads();
     // O += P V
     FragA pf[FLASH_BK / 16];
@@ -1407,7 +1433,7 @@ extern "C" __global__ void flash_attention_backward_prep(float *delta, const act
 // elementwise passes lane = key column, looping over the warp's 16 rows.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dq(act *dq, const act *dout, const act *q, const act *k, const act *v, const float *lse,
-                                const float *delta) {
+                                const float *delta, int qld, int kld, int vld) {
   __shared__ __align__(128) bf16 kvs[2 * FLASH_BB * FLASH_LD]; // the Q, then dO tile; then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // S, then dP (16, FLASH_BB)
   __shared__ __align__(128) bf16 dsb[FLASH_WARPS][16 * FLASH_BPLD];  // scale · dS (16, FLASH_BB)
@@ -1424,7 +1450,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   }
   FragA qf[HEAD_DIM / 16], of[HEAD_DIM / 16];
   Acc acc[HEAD_DIM / 16];
-  flash_load(kvs, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(kvs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) wmma::load_matrix_sync(qf[d], kvs + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
@@ -1438,8 +1464,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   }
   for (int k0 = 0; k0 < q0 + FLASH_BQ; k0 += FLASH_BB) {
     __syncthreads(); // every warp is done with kvs
-    flash_load(ks, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BB);
-    flash_load(vs, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BB);
+    flash_load(ks, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BB);
+    flash_load(vs, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BB);
     __syncthreads();
     if (k0 > tw + 15) continue; // every key of the step is after the warp's queries
     // S (16, FLASH_BB) = Q_w Kᵀ, then P = exp(scale · S − lse) of column j = k0 + lane
@@ -1492,7 +1518,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         wmma::mma_sync(acc[d], df[c], kb, acc[d]);
       }
   }
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dq + ((tok0 + tw) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, acc, S,
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dq + (tok0 + tw) * qld + h * HEAD_DIM, qld, acc, S,
                                                  FLASH_BSLD);
 }
 
@@ -1504,7 +1530,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
 // K Qᵀ, dPᵀ = V dOᵀ; in the elementwise passes lane = query column, looping over the 16 keys.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                                 const float *lse, const float *delta) {
+                                 const float *lse, const float *delta, int qld, int kld, int vld) {
   __shared__ __align__(128) bf16 qds[2 * FLASH_BB * FLASH_LD]; // the K, then V tile; then Q and dO of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // Sᵀ, then dPᵀ (16, FLASH_BB)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_BPLD];   // Pᵀ (16, FLASH_BB)
@@ -1518,12 +1544,12 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   float *S = scr[w];
   FragA kf[HEAD_DIM / 16], vf[HEAD_DIM / 16];
   Acc dka[HEAD_DIM / 16], dva[HEAD_DIM / 16];
-  flash_load(qds, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(qds, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) wmma::load_matrix_sync(kf[d], qds + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
   __syncthreads();
-  flash_load(qds, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(qds, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) {
@@ -1534,7 +1560,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   for (int h = kvh * GROUP; h < (kvh + 1) * GROUP; h++)
     for (int q0 = k0; q0 < SEQ_LEN; q0 += FLASH_BB) {
       __syncthreads(); // every warp is done with qds, tl, td
-      flash_load(qs, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
+      flash_load(qs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BB);
       flash_load(dos, dout + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
       if (threadIdx.x < FLASH_BB) {
         tl[threadIdx.x] = lse[(tok0 + q0 + threadIdx.x) * HEADS + h];
@@ -1600,8 +1626,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
           wmma::mma_sync(dka[d], df[c], qb, dka[d]);
         }
     }
-  size_t row = ((tok0 + jw) * KV_HEADS + kvh) * HEAD_DIM;
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dk + row, KV_HEADS * HEAD_DIM, dka, S, FLASH_BSLD);
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dv + row, KV_HEADS * HEAD_DIM, dva, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dk + (tok0 + jw) * kld + kvh * HEAD_DIM, kld, dka, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dv + (tok0 + jw) * vld + kvh * HEAD_DIM, vld, dva, S, FLASH_BSLD);
 }
 #endif // HAVE_FLASH_ATTENTION

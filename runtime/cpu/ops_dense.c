@@ -159,10 +159,11 @@ void rt_matmul_backward_set(act *dx, act *dw, act *dbias, const act *dout, const
   matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 0);
 }
 
-/* Rotates each (i, i + rd/2) pair of the first rd channels of H heads `stride` apart by sign ×
- * angle (angle = pos · theta^(−2i/rd), pos = lo + t in the first half of the T tokens, hi + t − T/2
- * in the second: rt_rope_span_forward's; t itself with lo 0, hi T/2). */
-static void rope_span(real *x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi, real sign) {
+/* Rotates each (i, i + rd/2) pair of the first rd channels of H heads `stride` apart, tokens ld
+ * apart, by sign × angle (angle = pos · theta^(−2i/rd), pos = lo + t in the first half of the T
+ * tokens, hi + t − T/2 in the second: rt_rope_span_forward's; t itself with lo 0, hi T/2). */
+static void rope_span_ld(real *x, int B, int T, int H, int stride, size_t ld, int rd, real theta, int64_t lo,
+                         int64_t hi, real sign) {
   int half = rd / 2;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
@@ -171,12 +172,16 @@ static void rope_span(real *x, int B, int T, int H, int stride, int rd, real the
         real angle = sign * (real)pos * POW(theta, -2 * (real)i / (real)rd);
         real cs = COS(angle), sn = SIN(angle);
         for (int h = 0; h < H; h++) {
-          real *p = x + (((size_t)b * T + t) * H + h) * stride;
+          real *p = x + ((size_t)b * T + t) * ld + (size_t)h * stride;
           real a = p[i], c = p[i + half];
           p[i] = a * cs - c * sn;
           p[i + half] = a * sn + c * cs;
         }
       }
+}
+
+static void rope_span(real *x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi, real sign) {
+  rope_span_ld(x, B, T, H, stride, (size_t)H * stride, rd, theta, lo, hi, sign);
 }
 
 static void rope_strided(real *x, int B, int T, int H, int stride, int rd, real theta, real sign) {
@@ -209,6 +214,13 @@ void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, 
 }
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
+/* q's and k's heads: the first nh + nkv of each fused row of (nh + 2 nkv) hd values */
+void rt_rope_qkv_forward(act *qkv, int B, int T, int nh, int nkv, int hd, real theta) {
+  rope_span_ld(qkv, B, T, nh + nkv, hd, (size_t)(nh + 2 * nkv) * hd, hd, theta, 0, T / 2, 1);
+}
+void rt_rope_qkv_backward(act *dqkv, int B, int T, int nh, int nkv, int hd, real theta) {
+  rope_span_ld(dqkv, B, T, nh + nkv, hd, (size_t)(nh + 2 * nkv) * hd, hd, theta, 0, T / 2, -1);
+}
 
 /* Llama 3.1's inverse frequency for pair i of hd (see mtrt_ops.h), in double. */
 static double llama3_inv_freq(int i, int hd, double theta, double factor, double low, double high, double orig) {
@@ -312,18 +324,19 @@ static void axpy(real *restrict y, real a, const real *restrict x, int n) {
  * online softmax of Milakov & Gimelshein 2018, as in FlashAttention). */
 enum { ATT_BLOCK = 64 };
 
-void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
-                               int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
+/* rt_attention_span_forward with q, k, v at token strides qld, stride (k's) and vstride (v's). */
+static void span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
+                         int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd, size_t qld, size_t stride,
+                         size_t vstride) {
   real scale = 1 / SQRT((real)hd), sc[ATT_BLOCK];
   int group = nh / nkv, half = T / 2;
-  size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T; t++) {
-        const real *qt = q + (((size_t)b * T + t) * nh + h) * hd;
+        const real *qt = q + ((size_t)b * T + t) * qld + (size_t)h * hd;
         real *o = out + (((size_t)b * T + t) * nh + h) * vd;
-        const real *kb = k + ((size_t)b * S * nkv + h / group) * hd;
-        const real *vb = v + ((size_t)b * S * nkv + h / group) * vd;
+        const real *kb = k + (size_t)b * S * stride + (size_t)(h / group) * hd;
+        const real *vb = v + (size_t)b * S * vstride + (size_t)(h / group) * vd;
         int64_t pos = t < half ? lo + t : hi + (t - half); /* the query's place: keys 0..pos */
         real m = -INFINITY, s = 0;
         memset(o, 0, sizeof(real) * (size_t)vd);
@@ -350,6 +363,12 @@ void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, 
       }
 }
 
+void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
+                               int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
+  span_forward(out, lse, q, k, v, B, T, S, lo, hi, nh, nkv, hd, vd, (size_t)nh * hd, (size_t)nkv * hd,
+               (size_t)nkv * vd);
+}
+
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
                           int nkv, int hd, int vd) {
   rt_attention_span_forward(out, lse, q, k, v, B, T, T, 0, T / 2, nh, nkv, hd, vd);
@@ -357,18 +376,19 @@ void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const
 
 /* With P = softmax(S), D_t = Σ dO·O: dS = P (dO·v − D); dq = scale dS k; dk += scale dS q;
  * dv += P dO (Dao et al., FlashAttention-2, Algorithm 2). */
-void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                const act *v, const act *out, const real *lse, int B, int T, int S, int64_t lo,
-                                int64_t hi, int nh, int nkv, int hd, int vd) {
+/* rt_attention_span_backward (adding) with q, k, v and their gradients at token strides qld,
+ * stride (k's) and vstride (v's). */
+static void span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
+                          const act *out, const real *lse, int B, int T, int S, int64_t lo, int64_t hi, int nh,
+                          int nkv, int hd, int vd, size_t qld, size_t stride, size_t vstride) {
   real scale = 1 / SQRT((real)hd);
   int group = nh / nkv, half = T / 2;
-  size_t stride = (size_t)nkv * hd, vstride = (size_t)nkv * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T; t++) {
-        size_t row = (((size_t)b * T + t) * nh + h) * hd, vrow = (((size_t)b * T + t) * nh + h) * vd;
+        size_t row = ((size_t)b * T + t) * qld + (size_t)h * hd, vrow = (((size_t)b * T + t) * nh + h) * vd;
         const real *qt = q + row, *dot_ = dout + vrow;
-        size_t kv0 = ((size_t)b * S * nkv + h / group) * hd, v0 = ((size_t)b * S * nkv + h / group) * vd;
+        size_t kv0 = (size_t)b * S * stride + (size_t)(h / group) * hd, v0 = (size_t)b * S * vstride + (size_t)(h / group) * vd;
         real l = lse[((size_t)b * nh + h) * T + t], D = dot(dot_, out + vrow, vd);
         int64_t pos = t < half ? lo + t : hi + (t - half);
         for (int64_t j = 0; j <= pos; j++) {
@@ -383,6 +403,13 @@ void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, cons
       }
 }
 
+void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
+                                const act *v, const act *out, const real *lse, int B, int T, int S, int64_t lo,
+                                int64_t hi, int nh, int nkv, int hd, int vd) {
+  span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, S, lo, hi, nh, nkv, hd, vd, (size_t)nh * hd,
+                (size_t)nkv * hd, (size_t)nkv * vd);
+}
+
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
                            const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
   size_t n = (size_t)B * T; /* the span backward adds: this one writes (mtrt_ops.h) */
@@ -390,6 +417,19 @@ void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act
   if (dk) memset(dk, 0, sizeof(act) * n * nkv * hd);
   if (dv) memset(dv, 0, sizeof(act) * n * nkv * vd);
   rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, 0, T / 2, nh, nkv, hd, vd);
+}
+
+void rt_attention_qkv_forward(act *out, real *lse, const act *qkv, int B, int T, int nh, int nkv, int hd) {
+  size_t w = (size_t)(nh + 2 * nkv) * hd, kq = (size_t)nh * hd;
+  span_forward(out, lse, qkv, qkv + kq, qkv + kq + (size_t)nkv * hd, B, T, T, 0, T / 2, nh, nkv, hd, hd, w, w, w);
+}
+
+void rt_attention_qkv_backward(act *dqkv, const act *dout, const act *qkv, const act *out, const real *lse, int B,
+                               int T, int nh, int nkv, int hd) {
+  size_t w = (size_t)(nh + 2 * nkv) * hd, kq = (size_t)nh * hd, vq = kq + (size_t)nkv * hd;
+  memset(dqkv, 0, sizeof(act) * (size_t)B * T * w); /* written (mtrt_ops.h) */
+  span_backward(dqkv, dqkv + kq, dqkv + vq, dout, qkv, qkv + kq, qkv + vq, out, lse, B, T, T, 0, T / 2, nh, nkv, hd,
+                hd, w, w, w);
 }
 
 /* MLA's keys and values from kv_b_proj's output (see mtrt_ops.h). */
@@ -432,6 +472,15 @@ void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act
     if (dg) dg[i] = dh[i] * u[i] * s * (1 + g[i] * (1 - s));
     if (du) du[i] = dh[i] * g[i] * s;
   }
+}
+
+void rt_swiglu_rows_forward(act *h, const act *gu, int64_t rows, int F) {
+  for (int64_t r = 0; r < rows; r++) rt_swiglu_forward(h + r * F, gu + r * 2 * F, gu + r * 2 * F + F, F);
+}
+
+void rt_swiglu_rows_backward(act *dgu, const act *dh, const act *gu, int64_t rows, int F) {
+  for (int64_t r = 0; r < rows; r++)
+    rt_swiglu_backward(dgu + r * 2 * F, dgu + r * 2 * F + F, dh + r * F, gu + r * 2 * F, gu + r * 2 * F + F, F);
 }
 
 #define GELU_K 0.7978845608028654 /* sqrt(2/π) */

@@ -43,6 +43,25 @@ extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, cons
   ((Vec *)dg)[i] = og, ((Vec *)du)[i] = ou;
 }
 
+// SwiGLU over one fused gate|up projection's rows: gu (rows, 2F), row r's g at r·2F, its u at
+// r·2F + F; h (rows, F). One thread per element of h (n = rows · F).
+extern "C" __global__ void swiglu_rows_forward(act *h, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F;
+  h[i] = to_act(silu(f32(gu[r * 2 * F + j])) * f32(gu[r * 2 * F + F + j]));
+}
+
+// Its backward: dgu (rows, 2F) written, the same layout.
+extern "C" __global__ void swiglu_rows_backward(act *dgu, const act *dh, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F, g = r * 2 * F + j;
+  float x = f32(gu[g]), s = 1.f / (1.f + __expf(-x)), dy = f32(dh[i]);
+  dgu[g] = to_act(dy * f32(gu[g + F]) * s * (1.f + x * (1.f - s)));
+  dgu[g + F] = to_act(dy * x * s);
+}
+
 // GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx = dh gelu'(x).
 #define GELU_K 0.7978845608f // sqrt(2 / pi)
 extern "C" __global__ void gelu_forward(act *h, const act *x, long n) {

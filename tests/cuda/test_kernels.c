@@ -85,7 +85,7 @@ static double err_of(const float *got, const float *ref, size_t n) {
 }
 
 /* ---- memory: host and device buffers of one pass, freed at its end ---- */
-enum { MAXBUF = 320 };
+enum { MAXBUF = 1024 };
 static void *hbufs[MAXBUF], *dbufs[MAXBUF];
 static int nh, nd;
 static unsigned seed = 1;

@@ -30,6 +30,12 @@ void test_elementwise(void) {
   ref_swiglu_backward(dg, du, dh, a, b, NE), rt_swiglu_backward(ddg, ddu, ddh, da, db, NE);
   check_dev("swiglu_backward dg", ddg, dg, NE, TOL);
   check_dev("swiglu_backward du", ddu, du, NE, TOL);
+  /* the fused gate|up rows: a's NE values as rows of 2 x 17 (g | u), the last few unused */
+  enum { GF = 17, GR = NE / (2 * GF) };
+  ref_swiglu_rows_forward(out, a, GR, GF), rt_swiglu_rows_forward(dout, da, GR, GF);
+  check_dev("swiglu_rows_forward", dout, out, (size_t)GR * GF, TOL);
+  ref_swiglu_rows_backward(dg, dh, a, GR, GF), rt_swiglu_rows_backward(ddg, ddh, da, GR, GF);
+  check_dev("swiglu_rows_backward", ddg, dg, (size_t)GR * 2 * GF, TOL);
   ref_gelu_forward(out, a, NE), rt_gelu_forward(dout, da, NE);
   check_dev("gelu_forward", dout, out, NE, TOL);
   ref_gelu_backward(dg, dh, a, NE), rt_gelu_backward(ddg, ddh, da, NE);
