@@ -242,6 +242,12 @@ static void attention_forward(Em *e, int l) {
   if (e->ac == AC_SELECTIVE) P(e, "  }\n");
   P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
     (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->AO, (long long)e->C);
+  if (e->s->model.norm == NORM_RMSNORM && !e->s->model.bias) { /* one pass: the residual add and the norm after it */
+    P(e, "  rt_add_rmsnorm_forward(R(%s), R(%s), R(%s), R(X%d), R(WS_Y), W(%lld), %lld, %lld, EPS); /* residual, "
+         "post_attention_layernorm */\n", A(e, l, "RES"), A(e, l, "LN2"), A(e, l, "RSTD2"), l,
+      (long long)off(e, g, "post_attention_layernorm.weight"), (long long)e->N, (long long)e->C);
+    return;
+  }
   P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES"), l, (long long)(e->N * e->C));
   em_norm_forward(e, g, A(e, l, "LN2"), A(e, l, "RSTD2"), A(e, l, "RES"), "post_attention_layernorm");
 }

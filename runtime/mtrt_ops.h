@@ -63,6 +63,10 @@ void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C);
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps);
 void rt_rmsnorm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w,
                          const real *rstd, int N, int C);
+/* The residual add and the RMSNorm after it in one pass: res = x + y (rt_add's values), then
+ * out, rstd = rt_rmsnorm_forward of res. */
+void rt_add_rmsnorm_forward(act *res, act *out, real *rstd, const act *x, const act *y, const act *w, int N, int C,
+                            real eps);
 /* qk-norm (Qwen3: per head, modeling_qwen3.py's q_norm/k_norm over head_dim; OLMoE: full, over
  * all heads' channels of a token): RMSNorm of `rows` rows of `width` values with weight w
  * (width), before RoPE. per_head: rows = N · heads, width = hd; full: rows = N, width =

@@ -104,6 +104,19 @@ static void test_qk_norm(void) {
   }
 }
 
+/* ---- the residual add and RMSNorm in one call: rt_add then rt_rmsnorm_forward, exactly */
+static void test_add_rmsnorm(void) {
+  enum { AN = 3, AC = 8 };
+  double *x = arr(AN * AC), *y = arr(AN * AC), *w = arr(AC), *res = zeros(AN * AC), *out = zeros(AN * AC);
+  double *rstd = zeros(AN), *res2 = zeros(AN * AC), *out2 = zeros(AN * AC), *rstd2 = zeros(AN), worst = 0;
+  rt_add_rmsnorm_forward(res, out, rstd, x, y, w, AN, AC, 1e-5);
+  rt_add(res2, x, y, AN * AC);
+  rt_rmsnorm_forward(out2, rstd2, res2, w, AN, AC, 1e-5);
+  for (int i = 0; i < AN * AC; i++) worst = fmax(worst, fmax(fabs(res[i] - res2[i]), fabs(out[i] - out2[i])));
+  for (int i = 0; i < AN; i++) worst = fmax(worst, fabs(rstd[i] - rstd2[i]));
+  CHECK(worst == 0);
+}
+
 /* ---- matmul with bias */
 enum { MN = 3, MI = 5, MO = 4 };
 static double *mm_x, *mm_w, *mm_b, *mm_R, mm_out[MN * MO];
@@ -680,6 +693,7 @@ int main(void) {
   test_rope_llama3();
   test_rope_yarn();
   test_attention();
+  test_add_rmsnorm();
   test_qkv();
   test_span();
   test_mla();

@@ -2084,8 +2084,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(WS_U), A(WS_LN2), W(319242240), NULL, 49152, 7168, 18432); /* up_proj */
   rt_matmul_forward(A(WS_G), A(WS_LN2), W(187121664), NULL, 49152, 7168, 18432); /* gate_proj */
   rt_swiglu_forward(A(WS_H), A(WS_G), A(WS_U), 905969664);
@@ -2110,8 +2109,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(WS_U), A(WS_LN2), W(319242240), NULL, 49152, 7168, 18432); /* up_proj */
   rt_matmul_forward(A(WS_G), A(WS_LN2), W(187121664), NULL, 49152, 7168, 18432); /* gate_proj */
   rt_swiglu_forward(A(WS_H), A(WS_G), A(WS_U), 905969664);
@@ -2136,8 +2134,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(WS_U), A(WS_LN2), W(319242240), NULL, 49152, 7168, 18432); /* up_proj */
   rt_matmul_forward(A(WS_G), A(WS_LN2), W(187121664), NULL, 49152, 7168, 18432); /* gate_proj */
   rt_swiglu_forward(A(WS_H), A(WS_G), A(WS_U), 905969664);
@@ -2161,8 +2158,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2202,8 +2198,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2243,8 +2238,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2284,8 +2278,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2325,8 +2318,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2366,8 +2358,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2407,8 +2398,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2448,8 +2438,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2489,8 +2478,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2530,8 +2518,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2571,8 +2558,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2612,8 +2598,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2653,8 +2638,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2694,8 +2678,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2735,8 +2718,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2776,8 +2758,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2817,8 +2798,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2858,8 +2838,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2899,8 +2878,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2940,8 +2918,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2981,8 +2958,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3022,8 +2998,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3063,8 +3038,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3104,8 +3078,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3145,8 +3118,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3186,8 +3158,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3227,8 +3198,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3268,8 +3238,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3309,8 +3278,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3350,8 +3318,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X32), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3391,8 +3358,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X33), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3432,8 +3398,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X34), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3473,8 +3438,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X35), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3514,8 +3478,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X36), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3555,8 +3518,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X37), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3596,8 +3558,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X38), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3637,8 +3598,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X39), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3678,8 +3638,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X40), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3719,8 +3678,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X41), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3760,8 +3718,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X42), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3801,8 +3758,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X43), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3842,8 +3798,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X44), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3883,8 +3838,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X45), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3924,8 +3878,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X46), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3965,8 +3918,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X47), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4006,8 +3958,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X48), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X48), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4047,8 +3998,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X49), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X49), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4088,8 +4038,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X50), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X50), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4129,8 +4078,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X51), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X51), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4170,8 +4118,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X52), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X52), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4211,8 +4158,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X53), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X53), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4252,8 +4198,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X54), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X54), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4293,8 +4238,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X55), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X55), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4334,8 +4278,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X56), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X56), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4375,8 +4318,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X57), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X57), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4416,8 +4358,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X58), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X58), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4457,8 +4398,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X59), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X59), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4498,8 +4438,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X60), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X60), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */

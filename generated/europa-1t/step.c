@@ -2053,8 +2053,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2084,8 +2083,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2115,8 +2113,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2146,8 +2143,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2177,8 +2173,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2208,8 +2203,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2239,8 +2233,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2270,8 +2263,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2301,8 +2293,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2332,8 +2323,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2363,8 +2353,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2394,8 +2383,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2425,8 +2413,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2456,8 +2443,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2487,8 +2473,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2518,8 +2503,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2549,8 +2533,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2580,8 +2563,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2611,8 +2593,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2642,8 +2623,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2673,8 +2653,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2704,8 +2683,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2735,8 +2713,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2766,8 +2743,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2797,8 +2773,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2828,8 +2803,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2859,8 +2833,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2890,8 +2863,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2921,8 +2893,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2952,8 +2923,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2983,8 +2953,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3014,8 +2983,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3045,8 +3013,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X32), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3076,8 +3043,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X33), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3107,8 +3073,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X34), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3138,8 +3103,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X35), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3169,8 +3133,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X36), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3200,8 +3163,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X37), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3231,8 +3193,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X38), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3262,8 +3223,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X39), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3293,8 +3253,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X40), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3324,8 +3283,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X41), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3355,8 +3313,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X42), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3386,8 +3343,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X43), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3417,8 +3373,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X44), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3448,8 +3403,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X45), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3479,8 +3433,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X46), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3510,8 +3463,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X47), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3541,8 +3493,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X48), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X48), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3572,8 +3523,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X49), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X49), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3603,8 +3553,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X50), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X50), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3634,8 +3583,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X51), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X51), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3665,8 +3613,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X52), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X52), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3696,8 +3643,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X53), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X53), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3727,8 +3673,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X54), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X54), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3758,8 +3703,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X55), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X55), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3789,8 +3733,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X56), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X56), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3820,8 +3763,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X57), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X57), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3851,8 +3793,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X58), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X58), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3882,8 +3823,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X59), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X59), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3913,8 +3853,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X60), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X60), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3944,8 +3883,7 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X61), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X61), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3975,8 +3913,7 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X62), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X62), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4006,8 +3943,7 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X63), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X63), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4037,8 +3973,7 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X64), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X64), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4068,8 +4003,7 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X65), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X65), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4099,8 +4033,7 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X66), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X66), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4130,8 +4063,7 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X67), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X67), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4161,8 +4093,7 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X68), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X68), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4192,8 +4123,7 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X69), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X69), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4223,8 +4153,7 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X70), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X70), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4254,8 +4183,7 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X71), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X71), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4285,8 +4213,7 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X72), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X72), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4316,8 +4243,7 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X73), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X73), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));

@@ -964,8 +964,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L0_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L0_RES), A(X0), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L0_RES), A(L0_LN2), R(L0_RSTD2), A(X0), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L0_GU), A(L0_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L0_H), A(L0_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L0_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -984,8 +983,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L1_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L1_RES), A(X1), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L1_RES), A(L1_LN2), R(L1_RSTD2), A(X1), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L1_GU), A(L1_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L1_H), A(L1_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L1_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1004,8 +1002,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L2_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L2_RES), A(X2), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L2_RES), A(L2_LN2), R(L2_RSTD2), A(X2), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L2_GU), A(L2_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L2_H), A(L2_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L2_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1024,8 +1021,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L3_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L3_RES), A(X3), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L3_RES), A(L3_LN2), R(L3_RSTD2), A(X3), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L3_GU), A(L3_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L3_H), A(L3_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L3_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1044,8 +1040,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L4_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L4_RES), A(X4), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L4_LN2), R(L4_RSTD2), A(L4_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L4_RES), A(L4_LN2), R(L4_RSTD2), A(X4), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L4_GU), A(L4_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L4_H), A(L4_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L4_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1064,8 +1059,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L5_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L5_RES), A(X5), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L5_LN2), R(L5_RSTD2), A(L5_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L5_RES), A(L5_LN2), R(L5_RSTD2), A(X5), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L5_GU), A(L5_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L5_H), A(L5_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L5_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1084,8 +1078,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L6_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L6_RES), A(X6), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L6_LN2), R(L6_RSTD2), A(L6_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L6_RES), A(L6_LN2), R(L6_RSTD2), A(X6), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L6_GU), A(L6_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L6_H), A(L6_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L6_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1104,8 +1097,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L7_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L7_RES), A(X7), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L7_LN2), R(L7_RSTD2), A(L7_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L7_RES), A(L7_LN2), R(L7_RSTD2), A(X7), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L7_GU), A(L7_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L7_H), A(L7_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L7_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1124,8 +1116,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L8_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L8_RES), A(X8), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L8_LN2), R(L8_RSTD2), A(L8_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L8_RES), A(L8_LN2), R(L8_RSTD2), A(X8), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L8_GU), A(L8_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L8_H), A(L8_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L8_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1144,8 +1135,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L9_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L9_RES), A(X9), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L9_LN2), R(L9_RSTD2), A(L9_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L9_RES), A(L9_LN2), R(L9_RSTD2), A(X9), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L9_GU), A(L9_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L9_H), A(L9_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L9_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1164,8 +1154,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L10_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L10_RES), A(X10), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L10_LN2), R(L10_RSTD2), A(L10_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L10_RES), A(L10_LN2), R(L10_RSTD2), A(X10), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L10_GU), A(L10_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L10_H), A(L10_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L10_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1184,8 +1173,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L11_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L11_RES), A(X11), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L11_LN2), R(L11_RSTD2), A(L11_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L11_RES), A(L11_LN2), R(L11_RSTD2), A(X11), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L11_GU), A(L11_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L11_H), A(L11_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L11_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1204,8 +1192,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L12_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L12_RES), A(X12), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L12_LN2), R(L12_RSTD2), A(L12_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L12_RES), A(L12_LN2), R(L12_RSTD2), A(X12), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L12_GU), A(L12_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L12_H), A(L12_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L12_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1224,8 +1211,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L13_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L13_RES), A(X13), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L13_LN2), R(L13_RSTD2), A(L13_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L13_RES), A(L13_LN2), R(L13_RSTD2), A(X13), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L13_GU), A(L13_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L13_H), A(L13_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L13_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1244,8 +1230,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L14_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L14_RES), A(X14), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L14_LN2), R(L14_RSTD2), A(L14_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L14_RES), A(L14_LN2), R(L14_RSTD2), A(X14), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L14_GU), A(L14_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L14_H), A(L14_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L14_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1264,8 +1249,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L15_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L15_RES), A(X15), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L15_LN2), R(L15_RSTD2), A(L15_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L15_RES), A(L15_LN2), R(L15_RSTD2), A(X15), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L15_GU), A(L15_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L15_H), A(L15_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L15_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1284,8 +1268,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L16_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L16_RES), A(X16), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L16_LN2), R(L16_RSTD2), A(L16_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L16_RES), A(L16_LN2), R(L16_RSTD2), A(X16), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L16_GU), A(L16_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L16_H), A(L16_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L16_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1304,8 +1287,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L17_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L17_RES), A(X17), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L17_LN2), R(L17_RSTD2), A(L17_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L17_RES), A(L17_LN2), R(L17_RSTD2), A(X17), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L17_GU), A(L17_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L17_H), A(L17_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L17_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1324,8 +1306,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L18_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L18_RES), A(X18), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L18_LN2), R(L18_RSTD2), A(L18_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L18_RES), A(L18_LN2), R(L18_RSTD2), A(X18), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L18_GU), A(L18_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L18_H), A(L18_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L18_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1344,8 +1325,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L19_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L19_RES), A(X19), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L19_LN2), R(L19_RSTD2), A(L19_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L19_RES), A(L19_LN2), R(L19_RSTD2), A(X19), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L19_GU), A(L19_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L19_H), A(L19_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L19_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1364,8 +1344,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L20_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L20_RES), A(X20), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L20_LN2), R(L20_RSTD2), A(L20_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L20_RES), A(L20_LN2), R(L20_RSTD2), A(X20), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L20_GU), A(L20_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L20_H), A(L20_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L20_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1384,8 +1363,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L21_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L21_RES), A(X21), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L21_LN2), R(L21_RSTD2), A(L21_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L21_RES), A(L21_LN2), R(L21_RSTD2), A(X21), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L21_GU), A(L21_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L21_H), A(L21_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L21_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1404,8 +1382,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L22_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L22_RES), A(X22), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L22_LN2), R(L22_RSTD2), A(L22_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L22_RES), A(L22_LN2), R(L22_RSTD2), A(X22), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L22_GU), A(L22_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L22_H), A(L22_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L22_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1424,8 +1401,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L23_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L23_RES), A(X23), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L23_LN2), R(L23_RSTD2), A(L23_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L23_RES), A(L23_LN2), R(L23_RSTD2), A(X23), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L23_GU), A(L23_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L23_H), A(L23_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L23_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1444,8 +1420,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L24_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L24_RES), A(X24), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L24_LN2), R(L24_RSTD2), A(L24_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L24_RES), A(L24_LN2), R(L24_RSTD2), A(X24), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L24_GU), A(L24_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L24_H), A(L24_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L24_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1464,8 +1439,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L25_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L25_RES), A(X25), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L25_LN2), R(L25_RSTD2), A(L25_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L25_RES), A(L25_LN2), R(L25_RSTD2), A(X25), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L25_GU), A(L25_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L25_H), A(L25_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L25_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1484,8 +1458,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L26_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L26_RES), A(X26), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L26_LN2), R(L26_RSTD2), A(L26_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L26_RES), A(L26_LN2), R(L26_RSTD2), A(X26), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L26_GU), A(L26_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L26_H), A(L26_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L26_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1504,8 +1477,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L27_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L27_RES), A(X27), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L27_LN2), R(L27_RSTD2), A(L27_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L27_RES), A(L27_LN2), R(L27_RSTD2), A(X27), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L27_GU), A(L27_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L27_H), A(L27_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L27_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1524,8 +1496,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L28_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L28_RES), A(X28), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L28_LN2), R(L28_RSTD2), A(L28_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L28_RES), A(L28_LN2), R(L28_RSTD2), A(X28), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L28_GU), A(L28_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L28_H), A(L28_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L28_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1544,8 +1515,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L29_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L29_RES), A(X29), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L29_LN2), R(L29_RSTD2), A(L29_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L29_RES), A(L29_LN2), R(L29_RSTD2), A(X29), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L29_GU), A(L29_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L29_H), A(L29_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L29_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1564,8 +1534,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L30_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L30_RES), A(X30), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L30_LN2), R(L30_RSTD2), A(L30_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L30_RES), A(L30_LN2), R(L30_RSTD2), A(X30), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L30_GU), A(L30_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L30_H), A(L30_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L30_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
@@ -1584,8 +1553,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L31_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L31_RES), A(X31), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L31_LN2), R(L31_RSTD2), A(L31_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L31_RES), A(L31_LN2), R(L31_RSTD2), A(X31), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(L31_GU), A(L31_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_swiglu_rows_forward(A(L31_H), A(L31_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L31_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */

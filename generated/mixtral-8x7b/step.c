@@ -891,8 +891,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -912,8 +911,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -933,8 +931,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -954,8 +951,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -975,8 +971,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -996,8 +991,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1017,8 +1011,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1038,8 +1031,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1059,8 +1051,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1080,8 +1071,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1101,8 +1091,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1122,8 +1111,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1143,8 +1131,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1164,8 +1151,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1185,8 +1171,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1206,8 +1191,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1227,8 +1211,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1248,8 +1231,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1269,8 +1251,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1290,8 +1271,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1311,8 +1291,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1332,8 +1311,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1353,8 +1331,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1374,8 +1351,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1395,8 +1371,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1416,8 +1391,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1437,8 +1411,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1458,8 +1431,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1479,8 +1451,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1500,8 +1471,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1521,8 +1491,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1542,8 +1511,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));

@@ -1383,8 +1383,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1409,8 +1408,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1435,8 +1433,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1461,8 +1458,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1487,8 +1483,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1513,8 +1508,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1539,8 +1533,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1565,8 +1558,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1591,8 +1583,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1617,8 +1608,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1643,8 +1633,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1669,8 +1658,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1695,8 +1683,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1721,8 +1708,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1747,8 +1733,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1773,8 +1758,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1799,8 +1783,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1825,8 +1808,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1851,8 +1833,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1877,8 +1858,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1903,8 +1883,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1929,8 +1908,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1955,8 +1933,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1981,8 +1958,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2007,8 +1983,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2033,8 +2008,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2059,8 +2033,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2085,8 +2058,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2111,8 +2083,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2137,8 +2108,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2163,8 +2133,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2189,8 +2158,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2215,8 +2183,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X32), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2241,8 +2208,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X33), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2267,8 +2233,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X34), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2293,8 +2258,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X35), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2319,8 +2283,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X36), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2345,8 +2308,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X37), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2371,8 +2333,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X38), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2397,8 +2358,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X39), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2423,8 +2383,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X40), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2449,8 +2408,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X41), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2475,8 +2433,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X42), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2501,8 +2458,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X43), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2527,8 +2483,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X44), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2553,8 +2508,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X45), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2579,8 +2533,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X46), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2605,8 +2558,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X47), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));

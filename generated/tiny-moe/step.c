@@ -275,8 +275,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(L0_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(L0_ATT), R(L0_LSE), A(L0_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L0_RES), A(L0_LN2), R(L0_RSTD2), A(X0), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L0_LOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L0_IDX), R(L0_WTS), R(L0_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
@@ -298,8 +297,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(L1_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(L1_ATT), R(L1_LSE), A(L1_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L1_RES), A(X1), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L1_RES), A(L1_LN2), R(L1_RSTD2), A(X1), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L1_LOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L1_IDX), R(L1_WTS), R(L1_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
@@ -321,8 +319,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(L2_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(L2_ATT), R(L2_LSE), A(L2_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L2_RES), A(X2), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L2_RES), A(L2_LN2), R(L2_RSTD2), A(X2), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L2_LOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L2_IDX), R(L2_WTS), R(L2_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
@@ -344,8 +341,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rope_qkv_forward(A(L3_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
   rt_attention_qkv_forward(A(L3_ATT), R(L3_LSE), A(L3_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L3_RES), A(X3), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L3_RES), A(L3_LN2), R(L3_RSTD2), A(X3), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L3_LOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L3_IDX), R(L3_WTS), R(L3_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));

@@ -55,6 +55,12 @@ void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C) {
     for (int t = 0; t < T; t++) rt_accumulate(dwpe + (size_t)t * C, dx + ((size_t)b * T + t) * C, (size_t)C);
 }
 
+void rt_add_rmsnorm_forward(act *res, act *out, real *rstd, const act *x, const act *y, const act *w, int N, int C,
+                            real eps) {
+  rt_add(res, x, y, (size_t)N * C);
+  rt_rmsnorm_forward(out, rstd, res, w, N, C, eps);
+}
+
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps) {
   for (int n = 0; n < N; n++) {
     const real *xn = x + (size_t)n * C;

@@ -91,6 +91,9 @@ WRAP(rt_rope_span_backward, (act * dx, int B, int T, int H, int stride, int rd, 
      (dx, B, T, H, stride, rd, theta, lo, hi), RT_PROF_ROPE, 0, B2 * 4 * B * (double)T * H * rd)
 WRAP(rt_rmsnorm_forward, (act * out, real * rstd, const act *x, const act *w, int N, int C, real eps),
      (out, rstd, x, w, N, C, eps), RT_PROF_NORM, 0, B2 * 2 * N * (double)C)
+WRAP(rt_add_rmsnorm_forward,
+     (act * res, act * out, real * rstd, const act *x, const act *y, const act *w, int N, int C, real eps),
+     (res, out, rstd, x, y, w, N, C, eps), RT_PROF_NORM, 0, B2 * 4 * N * (double)C)
 WRAP(rt_rmsnorm_backward,
      (act * dx, real * dw, const act *dout, const act *x, const act *w, const real *rstd, int N, int C),
      (dx, dw, dout, x, w, rstd, N, C), RT_PROF_NORM, 0, B2 * 4 * N * (double)C)

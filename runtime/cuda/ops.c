@@ -29,7 +29,8 @@ static const char *const kernel_names[K_COUNT] = {
     "bias_forward", "accumulate_act_f32", "accumulate_f32", "muon_momentum", "muon_apply", "ns_inv_norm", "ns_prep",
     "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup",
     "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update",
-    "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum", "swiglu_rows_forward", "swiglu_rows_backward"};
+    "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum", "swiglu_rows_forward", "swiglu_rows_backward",
+    "add_rmsnorm_forward"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -329,6 +330,12 @@ void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C) {
 }
 
 /* eps: kernels.cu's RMS_EPS (1e-5, as step.c's EPS) */
+/* eps: kernels.cu's RMS_EPS, as rt_rmsnorm_forward's */
+void rt_add_rmsnorm_forward(act *res, act *out, real *rstd, const act *x, const act *y, const act *w, int N, int C,
+                            real eps) {
+  cu_launch(K_ADD_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&res, &out, &rstd, &x, &y, &w});
+}
+
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps) {
   cu_launch(K_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &rstd, &x, &w});
 }

@@ -74,6 +74,16 @@ void test_norms(void) {
   ref_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C), rt_rmsnorm_backward(ddx, ddw, ddy, dx_, dw_, drstd, N, C);
   check_dev("rmsnorm_backward dx", ddx, dx, (size_t)N * C, TOL);
   check_dev("rmsnorm_backward dw", ddw, dw, C, TOL);
+  /* the residual add and the norm after it in one kernel */
+  float *yy = rnd((size_t)N * C, 4), *res = host((size_t)N * C);
+  act *dyy = deva(yy, (size_t)N * C), *dres = deva(NULL, (size_t)N * C);
+  ref_add_rmsnorm_forward(res, out, rstd, x, yy, w, N, C, 1e-5f);
+  rt_add_rmsnorm_forward(dres, dout, drstd, dx_, dyy, dw_, N, C, 1e-5f);
+  check_dev("add_rmsnorm_forward res", dres, res, (size_t)N * C, TOL);
+  check_dev("add_rmsnorm_forward out", dout, out, (size_t)N * C, TOL);
+  /* (the cuda side sums the squares of res rounded to act, as rt_add then rt_rmsnorm_forward do; the
+   * cpu's res is fp32: bf16's rounding of res, ~2^-9 relative, moves rstd by as much) */
+  check_dev("add_rmsnorm_forward rstd", drstd, rstd, N, 4e-3);
 
   /* qk-norm: per head (N·NH rows of HD) and full (N rows of NH·HD), eps 1e-6 */
   for (int full = 0; full < 2; full++) {

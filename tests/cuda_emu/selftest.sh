@@ -77,7 +77,7 @@ run host-deref EMU_PROTECT=1
 expect host-deref "a host read of device memory" "host code dereferenced device memory"
 
 prog host-pointer
-sed -i 's|^  rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /\* residual \*/|  { static act host_buf[65536]; rt_add(A(L0_RES), A(X0), host_buf, 65536); } /* mutation */|' \
+sed -i 's|^  rt_add(A(X1), A(L0_RES), A(WS_Y), 65536); /\* residual \*/|  { static act host_buf[65536]; rt_add(A(X1), A(L0_RES), host_buf, 65536); } /* mutation */|' \
   "$work/host-pointer/step.c"
 run host-pointer
 expect host-pointer "a pageable host pointer given to a kernel" "kernel residual_add, parameter 2: .* pageable host memory"
