@@ -55,7 +55,14 @@ enum {
   OP_KR_A,         /* DLN += kv_a_proj_with_mqa backward: the RoPE key (reads DKRP) */
 };
 
+bool plan_qkv_fused(const Spec *s, int64_t cp) {
+  const ModelSpec *m = &s->model;
+  bool scaled = m->rope_scaling.present && m->rope_scaling.type != ROPE_SCALING_NONE;
+  return m->attention.kind != ATTN_MLA && m->attention.qk_norm == QKN_NONE && !scaled && cp <= 1;
+}
+
 PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens, int64_t cp) {
+  const bool qkv_fused = plan_qkv_fused(s, cp);
   const AttentionSpec *a = &s->model.attention;
   const bool mla = a->kind == ATTN_MLA;
   const int64_t N = tokens, nh = a->heads, nkv = mla ? a->heads : a->kv_heads;
@@ -67,6 +74,11 @@ PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens, in
    * live until the projections' backward (the layer's op sequence, emit_layer.c) */
   int qlast = !mla ? OP_KR_A : qr ? OP_Q_B : OP_Q_A;
   place(&g, "DATT", "gradient of the attention output", N * nh * vd, OP_CORE - 1, mla ? OP_CORE : OP_KR_A);
+  if (qkv_fused) { /* (not with MLA or qk-norm: plan_qkv_fused) */
+    place(&g, "DQKV", "gradient of the queries, keys and values, each token's row q | k | v", N * (Q + KV + nkv * vd),
+          OP_CORE, OP_KR_A);
+    return g;
+  }
   place(&g, "DQ", "gradient of the queries", N * Q, OP_CORE, qlast);
   place(&g, "DK", "gradient of the keys", N * KV, OP_CORE, mla ? OP_KV : OP_KR_A);
   place(&g, "DV", "gradient of the values", N * nkv * vd, OP_CORE, mla ? OP_KV : OP_KR_A);

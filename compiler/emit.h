@@ -101,6 +101,11 @@ typedef struct {
   CheckpointPolicy ac;
   bool aux_free, sigmoid;
   QkNorm qk_norm; /* model.attention.qk_norm: q and k normalized before RoPE (Qwen3, OLMoE) */
+  bool qkv_fused; /* plan_qkv_fused: one q|k|v GEMM into the layer's QKV (gradient DQKV), strided views */
+  /* one gate|up GEMM (SwiGLU, no biases: gate_proj's and up_proj's weights adjacent) into rows
+   * g | u (GU, SGU; gradients DGU, DSGU): [0] the dense MLP (not where its recomputed buffers share
+   * the routed experts' bytes: emit_layout.c ffn_union), [1] the shared experts (em_gu_fused) */
+  bool gu_fused[2];
   bool rope;         /* model.position rope; else learned absolute positions (embed_positions) */
   bool gelu_experts; /* model.moe.activation gelu: routed and shared experts are up/down with GELU, no gate */
   /* activation offload (full checkpointing with boundaries on host or NVMe): boundary l lives
@@ -129,6 +134,9 @@ typedef struct {
   bool step_host;  /* and runs the optimizer step on the host CPU */
   int64_t muon_work; /* MUON_WORK elements: the most rt_muon_group_work asks of any group */
   int64_t muon_step, muon_host; /* MUON_STEP_ELEMS, MUON_HOST_ELEMS: plan_muon_work's step and exchange */
+  /* a layer's backward: whether DLN already holds this pass's values (its first writer writes
+   * it, later ones add: em_dln_gemm, em_dln_zero) */
+  bool dln_live;
   EmGroup *groups;
   int ngroups, g_embed, g_head;
   int *layer_dense, *layer_experts; /* group of each layer (-1: no experts) */
@@ -198,6 +206,14 @@ const char *em_bias_arg(Em *e, int g, const char *wkey, const char *m);
  * gradient) with group g's weights `name` (rmsnorm or layernorm as the spec says). */
 void em_norm_forward(Em *e, int g, const char *out, const char *stats, const char *x, const char *name);
 void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *stats, const char *name);
+/* The backward GEMM whose dx is DLN: rt_matmul_backward_set for DLN's first writer in a layer's
+ * backward (e->dln_live false; then true), rt_matmul_backward (adding) after it. em_dln_zero: zeroes
+ * DLN before an op that only adds into it, unless something wrote it already. */
+const char *em_dln_gemm(Em *e);
+/* A fused gate|up FFN's weight (or gradient) offset: prefix's gate_proj ("mlp", "moe.shared_experts")
+ * in group g, with up_proj's F x hidden values right after it (model.c's order); aborts if not. */
+int64_t em_gu_weight(Em *e, int g, const char *prefix, int64_t F);
+void em_dln_zero(Em *e);
 /* The functions layer<l>_forward and layer<l>_backward of step.c (dy, dx: the arena names of
  * the incoming and outgoing boundary gradients). */
 /* Context parallelism: RoPE at this rank's positions (rt_rope_span_<dir>, CP_LO and CP_HI of step.c)
@@ -211,7 +227,7 @@ void em_moe_backward(Em *e, int l, const char *dy);
 /* emit_mla.c: multi-head latent attention's q, k, v of layer l: the forward from LN1 into Q, K,
  * V (under selective checkpointing it opens `if (!recompute) {` after the latents, and the
  * caller writes the attention core and closes it); the backward from DQ, DK, DV into DLN
- * (zeroed first) and the weight gradients. Its saved latents and their 1/rms are model.c's
+ * (its first GEMM writes it: em_dln_gemm) and the weight gradients. Its saved latents and their 1/rms are model.c's
  * saves (laid out with every layer's by em_layout); the buffers the layers share are groups of
  * the shared workspace (shared_ws, laid out by compiler/attn_ws.c). */
 void em_mla_forward(Em *e, int l);

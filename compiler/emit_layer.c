@@ -98,6 +98,26 @@ void em_norm_backward(Em *e, int g, const char *dx, const char *x, const char *s
   P(e, "  rt_rmsnorm_backward(R(%s), DW(%lld), R(DLN), R(%s), W(%lld), R(%s), %lld, %lld);\n", dx, w, x, w, stats, N, C);
 }
 
+const char *em_dln_gemm(Em *e) {
+  bool first = !e->dln_live;
+  e->dln_live = true;
+  return first ? "rt_matmul_backward_set" : "rt_matmul_backward";
+}
+
+int64_t em_gu_weight(Em *e, int g, const char *prefix, int64_t F) {
+  int64_t w = off(e, g, mem_printf(e->m, "%s.gate_proj.weight", prefix));
+  if (off(e, g, mem_printf(e->m, "%s.up_proj.weight", prefix)) != w + F * e->C) {
+    fprintf(stderr, "mtc: internal error: %s gate and up weights not adjacent in group %d\n", prefix, g);
+    abort();
+  }
+  return w;
+}
+
+void em_dln_zero(Em *e) {
+  if (!e->dln_live) P(e, "  rt_zero(R(DLN), %lld);\n", (long long)(e->N * e->C));
+  e->dln_live = true;
+}
+
 /* ---- one layer ---------------------------------------------------------------------------- */
 
 /* Whether RoPE has Llama 3.1's frequency scaling (model.rope_scaling type llama3) or YaRN. */
@@ -170,6 +190,17 @@ static void qk_norm_backward(Em *e, int l) {
 
 static void attention_qkv(Em *e, int l, const char *ind);
 
+/* The fused projection's weight (or gradient) offset: q_proj's, with k_proj's and v_proj's (and
+ * their biases) right after it, as model.c lays them out (plan_qkv_fused); an emitter bug if not. */
+static int64_t qkv_weight(Em *e, int g) {
+  int64_t q = off(e, g, "attn.q_proj.weight");
+  if (off(e, g, "attn.k_proj.weight") != q + e->Q * e->C || off(e, g, "attn.v_proj.weight") != q + (e->Q + e->KV) * e->C) {
+    fprintf(stderr, "mtc: internal error: q, k, v weights not adjacent in group %d\n", g);
+    abort();
+  }
+  return q;
+}
+
 void em_rope_span(Em *e, const char *ind, const char *dir, const char *x, int64_t heads, int64_t stride, int64_t rd) {
   P(e, "%srt_rope_span_%s(%s, %lld, %lld, %lld, %lld, %lld, %.17g, CP_LO, CP_HI); /* B, T / cp, heads, stride, rope "
        "dims, theta, this rank's chunks' first positions */\n", ind, dir, x, (long long)e->B, (long long)(e->T / e->cp),
@@ -194,7 +225,11 @@ static void attention_forward(Em *e, int l) {
   const char *ind = e->ac == AC_SELECTIVE ? "    " : "  ";
   if (e->mla) em_mla_forward(e, l); /* opens the selective block itself */
   else attention_qkv(e, l, ind);
-  if (e->cp > 1) {
+  if (e->qkv_fused) {
+    P(e, "%srt_attention_qkv_forward(R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld); /* B, T, heads, kv_heads, "
+         "head_dim: q, k, v strided views of the rows */\n", ind, att, lse, A(e, l, "QKV"), (long long)e->B,
+      (long long)e->T, (long long)e->nh, (long long)e->nkv, (long long)e->hd);
+  } else if (e->cp > 1) {
     cp_gather(e, ind, k, v);
     P(e, "%srt_attention_span_forward(R(%s), R(%s), R(%s), R(KVG), A(KVG + %lld), %lld, %lld, %lld, CP_LO, CP_HI, %lld, "
          "%lld, %lld, %lld); /* B, T / cp, T, this rank's chunks' first positions, heads, kv_heads, head_dim, "
@@ -207,6 +242,12 @@ static void attention_forward(Em *e, int l) {
   if (e->ac == AC_SELECTIVE) P(e, "  }\n");
   P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* o_proj */\n", att,
     (long long)off(e, g, "attn.o_proj.weight"), bias_arg(e, g, "attn.o_proj.weight", "W"), (long long)e->N, (long long)e->AO, (long long)e->C);
+  if (e->s->model.norm == NORM_RMSNORM && !e->s->model.bias) { /* one pass: the residual add and the norm after it */
+    P(e, "  rt_add_rmsnorm_forward(R(%s), R(%s), R(%s), R(X%d), R(WS_Y), W(%lld), %lld, %lld, EPS); /* residual, "
+         "post_attention_layernorm */\n", A(e, l, "RES"), A(e, l, "LN2"), A(e, l, "RSTD2"), l,
+      (long long)off(e, g, "post_attention_layernorm.weight"), (long long)e->N, (long long)e->C);
+    return;
+  }
   P(e, "  rt_add(R(%s), R(X%d), R(WS_Y), %lld); /* residual */\n", A(e, l, "RES"), l, (long long)(e->N * e->C));
   em_norm_forward(e, g, A(e, l, "LN2"), A(e, l, "RSTD2"), A(e, l, "RES"), "post_attention_layernorm");
 }
@@ -217,6 +258,18 @@ static void attention_qkv(Em *e, int l, const char *ind) {
   const char *ln1 = A(e, l, "LN1"), *q = A(e, l, "Q"), *k = A(e, l, "K"), *v = A(e, l, "V");
   if (e->ac == AC_SELECTIVE)
     P(e, "  if (!recompute) { /* selective checkpointing: q, k, v and the attention core are saved */\n");
+  if (e->qkv_fused) { /* one GEMM: each token's row q | k | v, then RoPE on q's and k's heads of it */
+    const char *qkv = A(e, l, "QKV");
+    int64_t w = qkv_weight(e, g);
+    P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj, k_proj, v_proj */\n", ind, qkv,
+      ln1, (long long)w, bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C,
+      (long long)(e->Q + 2 * e->KV));
+    if (e->rope)
+      P(e, "%srt_rope_qkv_forward(R(%s), %lld, %lld, %lld, %lld, %lld, %.17g); /* B, T, heads, kv_heads, head_dim, "
+           "theta */\n", ind, qkv, (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv,
+        (long long)e->hd, e->s->model.attention.rope_theta);
+    return;
+  }
   const char *qr = e->qk_norm ? A(e, l, "QR") : q, *kr = e->qk_norm ? A(e, l, "KR") : k;
   P(e, "%srt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* q_proj */\n", ind, qr, ln1,
     (long long)off(e, g, "attn.q_proj.weight"), bias_arg(e, g, "attn.q_proj.weight", "W"), (long long)e->N, (long long)e->C, (long long)e->Q);
@@ -244,6 +297,16 @@ static void mlp_forward(Em *e, int l) {
   int g = e->layer_dense[l];
   int64_t N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
   const char *ln2 = A(e, l, "LN2"), *u = A(e, l, "U"), *h = A(e, l, "H");
+  if (e->gu_fused[0]) { /* one GEMM: each token's row g | u; SwiGLU reads both halves */
+    const char *gu = A(e, l, "GU");
+    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* gate_proj, up_proj */\n", gu, ln2,
+      (long long)em_gu_weight(e, g, "mlp", F), (long long)N, (long long)C, (long long)(2 * F));
+    P(e, "  rt_swiglu_rows_forward(R(%s), R(%s), %lld, %lld);\n", h, gu, (long long)N, (long long)F);
+    P(e, "  rt_matmul_forward(R(WS_Y), R(%s), W(%lld), %s, %lld, %lld, %lld); /* down_proj */\n", h,
+      (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "W"), (long long)N, (long long)F,
+      (long long)C);
+    return;
+  }
   P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* up_proj */\n", u, ln2,
     (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "W"), (long long)N, (long long)C, (long long)F);
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
@@ -283,20 +346,24 @@ static void mlp_backward(Em *e, int l, const char *dy) {
   int g = e->layer_dense[l];
   long long N = e->N, C = e->C, F = e->s->model.mlp.intermediate;
   const char *ln2 = A(e, l, "LN2"), *u = A(e, l, "U"), *h = A(e, l, "H");
-  P(e, "  rt_zero(R(DH), %lld);\n", N * F);
-  P(e, "  rt_matmul_backward(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
+  P(e, "  rt_matmul_backward_set(R(DH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* down_proj */\n",
     (long long)off(e, g, "mlp.down_proj.weight"), bias_arg(e, g, "mlp.down_proj.weight", "DW"), dy, h, (long long)off(e, g, "mlp.down_proj.weight"), N, F, C);
-  P(e, "  rt_zero(R(DU), %lld);\n", N * F);
+  if (e->gu_fused[0]) { /* the gradient of the rows g | u, then one GEMM */
+    int64_t w = em_gu_weight(e, g, "mlp", F);
+    P(e, "  rt_swiglu_rows_backward(R(DGU), R(DH), R(%s), %lld, %lld);\n", A(e, l, "GU"), N, F);
+    P(e, "  %s(R(DLN), DW(%lld), NULL, R(DGU), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj, up_proj */\n",
+      em_dln_gemm(e), (long long)w, ln2, (long long)w, N, C, 2 * F);
+    return;
+  }
   if (e->s->model.mlp.activation == ACT_SWIGLU) {
     const char *gg = A(e, l, "G");
-    P(e, "  rt_zero(R(DG), %lld);\n", N * F);
     P(e, "  rt_swiglu_backward(R(DG), R(DU), R(DH), R(%s), R(%s), %lld);\n", gg, u, N * F);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n",
+    P(e, "  %s(R(DLN), DW(%lld), %s, R(DG), R(%s), W(%lld), %lld, %lld, %lld); /* gate_proj */\n", em_dln_gemm(e),
       (long long)off(e, g, "mlp.gate_proj.weight"), bias_arg(e, g, "mlp.gate_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.gate_proj.weight"), N, C, F);
   } else {
     P(e, "  rt_gelu_backward(R(DU), R(DH), R(%s), %lld);\n", u, N * F);
   }
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n",
+  P(e, "  %s(R(DLN), DW(%lld), %s, R(DU), R(%s), W(%lld), %lld, %lld, %lld); /* up_proj */\n", em_dln_gemm(e),
     (long long)off(e, g, "mlp.up_proj.weight"), bias_arg(e, g, "mlp.up_proj.weight", "DW"), ln2, (long long)off(e, g, "mlp.up_proj.weight"), N, C, F);
 }
 
@@ -308,18 +375,36 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
        " * into DW%s. */\n",
     l, moe ? "MoE" : "dense", dy, l + 1, dx, l, moe ? " and DWE" : "");
   P(e, "static void layer%d_backward(RtCtx *c) {\n", l);
-  P(e, "  /* backward ops add into the gradients they are given: each is zeroed first */\n");
-  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
+  P(e, "  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the\n"
+       "   * activations' backward), later ones add; a buffer only adders reach is zeroed first */\n");
+  e->dln_live = false;
   if (moe) em_moe_backward(e, l, dy);
   else mlp_backward(e, l, dy);
   P(e, "  rt_copy(R(%s), R(%s), %lld); /* the residual passes the gradient through */\n", dx, dy, N * C);
   em_norm_backward(e, g, dx, A(e, l, "RES"), A(e, l, "RSTD2"), "post_attention_layernorm");
   int64_t o = off(e, g, "attn.o_proj.weight");
-  P(e, "  rt_zero(R(DATT), %lld);\n", N * AO);
-  P(e, "  rt_matmul_backward(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
+  P(e, "  rt_matmul_backward_set(R(DATT), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* o_proj */\n",
     (long long)o, bias_arg(e, g, "attn.o_proj.weight", "DW"), dx, A(e, l, "ATT"), (long long)o, N, AO, C);
-  P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * (long long)e->VW);
-  if (e->cp > 1) { /* the keys' and values' gradient over the whole sequences, then each rank's chunks of it */
+  e->dln_live = false; /* DLN's next values: the q, k, v projections' */
+  if (e->qkv_fused) { /* the gradient of the rows q | k | v, RoPE's back, one GEMM into DLN */
+    const char *qkv = A(e, l, "QKV");
+    P(e, "  rt_attention_qkv_backward(R(DQKV), R(DATT), R(%s), R(%s), R(%s), %lld, %lld, %lld, %lld, %lld);\n", qkv,
+      A(e, l, "ATT"), A(e, l, "LSE"), (long long)e->B, (long long)e->T, (long long)e->nh, (long long)e->nkv,
+      (long long)e->hd);
+    if (e->rope)
+      P(e, "  rt_rope_qkv_backward(R(DQKV), %lld, %lld, %lld, %lld, %lld, %.17g);\n", (long long)e->B, (long long)e->T,
+        (long long)e->nh, (long long)e->nkv, (long long)e->hd, e->s->model.attention.rope_theta);
+    int64_t w = qkv_weight(e, g);
+    P(e, "  %s(R(DLN), DW(%lld), %s, R(DQKV), R(%s), W(%lld), %lld, %lld, %lld); /* q_proj, k_proj, v_proj */\n",
+      em_dln_gemm(e), (long long)w, bias_arg(e, g, "attn.q_proj.weight", "DW"), A(e, l, "LN1"), (long long)w, N, C,
+      Q + 2 * KV);
+    em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1"), "input_layernorm");
+    P(e, "}\n");
+    return;
+  }
+  if (e->cp > 1) { /* the span backward adds into DQ; DK and DV come from the reduce-scatters */
+    P(e, "  rt_zero(R(DQ), %lld);\n  rt_zero(R(DK), %lld);\n  rt_zero(R(DV), %lld);\n", N * Q, N * KV, N * (long long)e->VW);
+    /* the keys' and values' gradient over the whole sequences, then each rank's chunks of it */
     long long kvn = e->B * e->T * e->KV;
     cp_gather(e, "  ", A(e, l, "K"), A(e, l, "V"));
     P(e, "  rt_zero(R(DKVG), %lld);\n", kvn + e->B * e->T * e->VW);
@@ -356,14 +441,13 @@ void em_layer_backward(Em *e, int l, const char *dy, const char *dx) {
       (long long)e->nkv, (long long)e->hd, theta);
   }
   if (e->qk_norm) qk_norm_backward(e, l);
-  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   const char *ln1 = A(e, l, "LN1");
   static const char *const qkv[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; i++) {
     const char *key = i == 0 ? "attn.q_proj.weight" : i == 1 ? "attn.k_proj.weight" : "attn.v_proj.weight";
     o = off(e, g, key);
     const char *dproj = i == 2 || !e->qk_norm ? mem_printf(e->m, "D%c", "QKV"[i]) : i ? "DKR" : "DQR";
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n",
+    P(e, "  %s(R(DLN), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* %s_proj */\n", em_dln_gemm(e),
       (long long)o, bias_arg(e, g, key, "DW"), dproj, ln1, (long long)o, N, C, i ? KV : Q, qkv[i]);
   }
   em_norm_backward(e, g, dx, mem_printf(e->m, "X%d", l), A(e, l, "RSTD1"), "input_layernorm");

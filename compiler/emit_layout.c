@@ -126,7 +126,9 @@ static int table_of(const char *name) {
 }
 
 const char *em_act(Em *e, int l, const char *name) {
-  const Saved *sv = em_saved(e, l, name);
+  /* the fused q | k | v and g | u rows: the model graph's Q, K and V (G and U) in one buffer */
+  const char *of = !strcmp(name, "QKV") ? "Q" : !strcmp(name, "GU") ? "G" : !strcmp(name, "SGU") ? "SG" : name;
+  const Saved *sv = em_saved(e, l, of);
   int t = sv ? -1 : table_of(name);
   if (!sv && t < 0) no_save(l, name);
   SaveClass cls = sv ? sv->cls : tables[t].cls;
@@ -246,8 +248,9 @@ static void muon_work(Em *e) {
  *   - MLA's forward temporaries (WS_QAN, WS_KVN, WS_KRP, WS_KVB: plan_ws_mla_forward): inside a
  *     layer's forward (or its recompute), from the latent norms to rt_mla_kv_forward, before the
  *     attention core;
- *   - a block's outputs before the residual add (WS_Y, and WS_Y2 for ungated shared experts):
- *     inside a layer's forward (or its recompute), between its FFN's ops and its residual add;
+ *   - a block's output before the residual add (WS_Y: ungated shared experts write it and the
+ *     routed experts' combine adds to it): inside a layer's forward (or its recompute), between
+ *     its FFN's ops and its residual add;
  *   - the final norm's output LNF and the LM head's chunk logits CE (fp32): from the final norm's
  *     forward to the LM head's backward, when no layer's buffers are live;
  *   - the router logits' gradient DLOGITS (fp32): after a MoE layer's last all-to-all, before its
@@ -281,14 +284,12 @@ static void shared_ws(Em *e) {
    * figures); then the other groups: (name, elements of act, or fp32 values for the real ones) in
    * order */
   PlanWsGroup att = plan_ws_attention(s, e->md, N, e->cp), mla = plan_ws_mla_forward(s, N);
-  bool y2 = moe && e->Fs && !s->model.moe.shared_expert_gate;
   struct {
     const char *name, *what;
     int64_t n;
     bool real;
   } g[4][2] = {
-      {{"WS_Y", "a block's output before the residual add", N * C, false},
-       {"WS_Y2", "shared experts' output", y2 ? N * C : 0, false}},
+      {{"WS_Y", "a block's output before the residual add", N * C, false}},
       {{"LNF", "final norm output", N * C, false},
        {"CE", "logits of one vocabulary chunk (fp32) and their gradient", 2 * N * e->chunk, true}},
       {{"DLOGITS", "gradient of the router logits (fp32)", moe ? N * e->E : 0, true}},
@@ -316,16 +317,23 @@ static void shared_ws(Em *e) {
   } else {
     abuf(e, ws, size, "shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time");
   }
+  /* a fused gate|up FFN (Em.gu_fused) has one gradient of rows g | u instead of its gate's and
+   * up's: from the gate slot's start over the up slot (both at least as wide as its gate) */
   for (int r = 0; r < 3; r++) {
     if (big[r] < 0) continue;
     const char *w = whats[r][big[r]];
     alias_buf(e, names[r][big[r]], ws, at[r], n[big[r]],
               mem_printf(e->m, "%s: in %s (an FFN's backward)", w, ws));
     for (int j = 0; j < 3; j++)
-      if (j != big[r] && n[j] > 0 && (r || gate[j]))
+      if (j != big[r] && n[j] > 0 && (r || gate[j]) && !(r < 2 && j < 2 && e->gu_fused[j]))
         alias_buf(e, names[r][j], names[r][big[r]], 0, n[j],
                   mem_printf(e->m, "%s: in %s (one FFN's backward at a time)", whats[r][j], names[r][big[r]]));
   }
+  for (int j = 0; j < 2; j++)
+    if (e->gu_fused[j] && n[j] > 0)
+      alias_buf(e, j ? "DSGU" : "DGU", ws, at[0], 2 * n[j],
+                mem_printf(e->m, "%s's gradient, each token's row g | u: in %s (an FFN's backward)",
+                           j ? "shared experts' gate and up" : "mlp gate and up", ws));
   for (int i = 0; i < att.nb; i++)
     alias_buf(e, att.b[i].name, ws, att.b[i].at, att.b[i].n,
               mem_printf(e->m, "%s: in %s (the attention's backward)", att.b[i].what, ws));
@@ -450,6 +458,26 @@ static void moe_send(Em *e, int l) {
 static void layer_save(Em *e, int l, const Saved *sv) {
   const char *n = sv->name;
   if (strcmp(n, "X") == 0 || (e->ep == 1 && strcmp(n, "XE") == 0)) return;
+  if (e->qkv_fused && (strcmp(n, "K") == 0 || strcmp(n, "V") == 0)) return; /* in QKV */
+  for (int f = 0; f < 2; f++) { /* the gate and up projections' rows g | u in one buffer */
+    const char *g = f ? "SG" : "G", *u = f ? "SU" : "U";
+    if (!e->gu_fused[f]) continue;
+    if (strcmp(n, u) == 0) return; /* in GU / SGU */
+    if (strcmp(n, g) == 0) {
+      e->item = layer_item(e, l, sv->cls);
+      add_buf(e, em_act(e, l, f ? "SGU" : "GU"), em_saved_elems(e, l, g) + em_saved_elems(e, l, u),
+              f ? "shared experts' gate and up: each token's row g | u, the fused projection's output"
+                : "mlp gate and up: each token's row g | u, the fused projection's output", EM_ACT);
+      return;
+    }
+  }
+  if (e->qkv_fused && strcmp(n, "Q") == 0) { /* one GEMM's output: Q, K, V's bytes as one buffer */
+    e->item = layer_item(e, l, sv->cls);
+    add_buf(e, em_act(e, l, "QKV"), em_saved_elems(e, l, "Q") + em_saved_elems(e, l, "K") + em_saved_elems(e, l, "V"),
+            "queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output",
+            EM_ACT);
+    return;
+  }
   if (e->ep > 1 && strcmp(n, "YP") == 0 && !per_layer(e, SAVE_EXPERT)) {
     alias_buf(e, "WS_YP", "WS_XP", 0, e->N * e->K * e->C, "expert outputs in expert order: in WS_XP's rows (each "
               "round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt)");
@@ -472,6 +500,10 @@ void em_layout(Em *e) {
   e->tensors = mem_array(e->m, (size_t)np + 1, sizeof(EmTensor));
   e->layer_dense = mem_array(e->m, (size_t)e->L, sizeof(int));
   e->layer_experts = mem_array(e->m, (size_t)e->L, sizeof(int));
+  const ModelSpec *ms = &e->s->model;
+  bool unioned = !per_layer(e, SAVE_OTHER) && !per_layer(e, SAVE_EXPERT) && md->n_moe_layers && md->n_moe_layers < e->L;
+  e->gu_fused[0] = ms->mlp.present && ms->mlp.activation == ACT_SWIGLU && !ms->bias && !unioned;
+  e->gu_fused[1] = md->n_moe_layers && e->Fs && !e->gelu_experts && !ms->bias;
 
   /* parameter groups in forward order: embedding, per layer dense (+ experts), head */
   e->g_embed = add_group(e, "embedding", "EMBED", 0);

@@ -118,24 +118,22 @@ void em_mla_backward(Em *e, int l) {
   else
   P(e, "  rt_rope_strided_backward(A(DQ + %lld), %lld, %lld, %lld, %lld, %lld, %.17g, %s); /* q's rope part */\n",
     ll(e->nope), ll(e->B), ll(e->T), ll(e->nh), ll(e->hd), rd, theta, ra);
-  P(e, "  rt_zero(R(DLN), %lld);\n", N * C);
   if (qr) { /* q_b_proj and q_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */
     const char *qa = A(e, l, "QA");
     int64_t wqb = off(e, g, "attn.q_b_proj.weight"), wqn = off(e, g, "attn.q_a_layernorm.weight");
     int64_t w = off(e, g, "attn.q_a_proj.weight");
     P(e, "  rt_qk_norm_forward(R(RQAN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* q_a_layernorm again */\n",
       A(e, l, "RSTDQA"), qa, ll(wqn), N, qr);
-    P(e, "  rt_zero(R(DQAN), %lld);\n", N * qr);
-    P(e, "  rt_matmul_backward(R(DQAN), DW(%lld), NULL, R(DQ), R(RQAN), W(%lld), %lld, %lld, %lld); /* q_b_proj */\n",
+    P(e, "  rt_matmul_backward_set(R(DQAN), DW(%lld), NULL, R(DQ), R(RQAN), W(%lld), %lld, %lld, %lld); /* q_b_proj */\n",
       ll(wqb), ll(wqb), N, qr, ll(e->Q));
     P(e, "  rt_zero(R(DQA), %lld);\n", N * qr);
     P(e, "  rt_qk_norm_backward(R(DQA), DW(%lld), R(DQAN), R(%s), W(%lld), R(%s), %lld, %lld); /* q_a_layernorm */\n",
       ll(wqn), qa, ll(wqn), A(e, l, "RSTDQA"), N, qr);
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DQA), R(%s), W(%lld), %lld, %lld, %lld); /* q_a_proj */\n",
+    P(e, "  %s(R(DLN), DW(%lld), NULL, R(DQA), R(%s), W(%lld), %lld, %lld, %lld); /* q_a_proj */\n", em_dln_gemm(e),
       ll(w), ln1, ll(w), N, C, qr);
   } else {
     int64_t w = off(e, g, "attn.q_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DQ), R(%s), W(%lld), %lld, %lld, %lld); /* q_proj */\n",
+    P(e, "  %s(R(DLN), DW(%lld), NULL, R(DQ), R(%s), W(%lld), %lld, %lld, %lld); /* q_proj */\n", em_dln_gemm(e),
       ll(w), ln1, ll(w), N, C, ll(e->Q));
   }
   P(e, "  rt_zero(R(DKVB), %lld);\n  rt_zero(R(DKRP), %lld);\n", N * e->nh * (e->nope + e->vd), N * rd);
@@ -148,14 +146,13 @@ void em_mla_backward(Em *e, int l) {
   /* kv_b_proj and kv_a_layernorm, the normalized latent recomputed (same values, same 1/rms) */
   P(e, "  rt_qk_norm_forward(R(RKVN), R(%s), R(%s), W(%lld), %lld, %lld, EPS); /* kv_a_layernorm again */\n",
     A(e, l, "RSTDKV"), kvl, ll(wkvn), N, kvr);
-  P(e, "  rt_zero(R(DKVN), %lld);\n", N * kvr);
-  P(e, "  rt_matmul_backward(R(DKVN), DW(%lld), NULL, R(DKVB), R(RKVN), W(%lld), %lld, %lld, %lld); /* kv_b_proj */\n",
+  P(e, "  rt_matmul_backward_set(R(DKVN), DW(%lld), NULL, R(DKVB), R(RKVN), W(%lld), %lld, %lld, %lld); /* kv_b_proj */\n",
     ll(wkvb), ll(wkvb), N, kvr, ll(e->nh * (e->nope + e->vd)));
   P(e, "  rt_zero(R(DKVL), %lld);\n", N * kvr);
   P(e, "  rt_qk_norm_backward(R(DKVL), DW(%lld), R(DKVN), R(%s), W(%lld), R(%s), %lld, %lld); /* kv_a_layernorm */\n",
     ll(wkvn), kvl, ll(wkvn), A(e, l, "RSTDKV"), N, kvr);
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DKVL), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "
-       "the latent */\n", ll(wkva), ln1, ll(wkva), N, C, kvr);
-  P(e, "  rt_matmul_backward(R(DLN), DW(%lld), NULL, R(DKRP), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "
-       "the RoPE key */\n", ll(wkva + kvr * C), ln1, ll(wkva + kvr * C), N, C, rd);
+  P(e, "  %s(R(DLN), DW(%lld), NULL, R(DKVL), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "
+       "the latent */\n", em_dln_gemm(e), ll(wkva), ln1, ll(wkva), N, C, kvr);
+  P(e, "  %s(R(DLN), DW(%lld), NULL, R(DKRP), R(%s), W(%lld), %lld, %lld, %lld); /* kv_a_proj_with_mqa: "
+       "the RoPE key */\n", em_dln_gemm(e), ll(wkva + kvr * C), ln1, ll(wkva + kvr * C), N, C, rd);
 }

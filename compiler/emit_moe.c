@@ -88,7 +88,8 @@ void em_moe_forward(Em *e, int l) {
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, eo), exn(e), C, (long long)e->Fe);
     P(e, "    rt_moe_hier_combine(&c->hier, &c->a2a, R(WS_YH), R(WS_YE), true, R(HUS), R(HUR), R(HST), R(A2A), %lld); "
          "/* gated, summed per token */\n  }\n", C);
-    P(e, "  rt_copy(R(WS_Y), R(WS_YH), %lld);\n", N * C);
+    if (!e->Fs || e->s->model.moe.shared_expert_gate) /* else the ungated shared experts write WS_Y first */
+      P(e, "  rt_copy(R(WS_Y), R(WS_YH), %lld);\n", N * C);
   } else {
     const char *xe = A(e, l, "XE"), *ye = "WS_YE", *eo = A(e, l, "EOFF");
     P(e, "  /* expert parallelism over %lld ranks: this rank's experts take the rows routed to them, in rounds\n"
@@ -105,7 +106,8 @@ void em_moe_forward(Em *e, int l) {
       yp, ye, C);
     P(e, "  }\n");
   }
-  if (!e->hier) {
+  bool gate = e->s->model.moe.shared_expert_gate;
+  if (!e->hier && (!e->Fs || gate)) {
     P(e, "  rt_zero(R(WS_Y), %lld);\n", N * C);
     P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", yp, wts, pos, N, K, C);
   }
@@ -113,15 +115,21 @@ void em_moe_forward(Em *e, int l) {
     long long Fs = e->Fs;
     const char *su = A(e, l, "SU"), *sh = A(e, l, "SH");
     const char *sg = e->gelu_experts ? NULL : A(e, l, "SG");
-    if (sg)
-      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
-        ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
-    P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
-      ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
-    if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
-    else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
-    bool gate = e->s->model.moe.shared_expert_gate;
-    const char *so = gate ? A(e, l, "SO") : "WS_Y2";
+    if (e->gu_fused[1]) { /* one GEMM: each token's row g | u; SwiGLU reads both halves */
+      const char *sgu = A(e, l, "SGU");
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), NULL, %lld, %lld, %lld); /* shared_experts.gate_proj, up_proj */\n",
+        sgu, ln2, (long long)em_gu_weight(e, g, "moe.shared_experts", Fs), N, C, 2 * Fs);
+      P(e, "  rt_swiglu_rows_forward(R(%s), R(%s), %lld, %lld);\n", sh, sgu, N, Fs);
+    } else {
+      if (sg)
+        P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.gate_proj */\n", sg,
+          ln2, (long long)off(e, g, "moe.shared_experts.gate_proj.weight"), bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "W"), N, C, Fs);
+      P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.up_proj */\n", su,
+        ln2, (long long)off(e, g, "moe.shared_experts.up_proj.weight"), bias_arg(e, g, "moe.shared_experts.up_proj.weight", "W"), N, C, Fs);
+      if (sg) P(e, "  rt_swiglu_forward(R(%s), R(%s), R(%s), %lld);\n", sh, sg, su, N * Fs);
+      else P(e, "  rt_gelu_forward(R(%s), R(%s), %lld); /* GELU shared experts: no gate */\n", sh, su, N * Fs);
+    }
+    const char *so = gate ? A(e, l, "SO") : "WS_Y"; /* ungated: the block's output, the combine adds to it */
     P(e, "  rt_matmul_forward(R(%s), R(%s), W(%lld), %s, %lld, %lld, %lld); /* shared_experts.down_proj */\n", so, sh,
       (long long)off(e, g, "moe.shared_experts.down_proj.weight"), bias_arg(e, g, "moe.shared_experts.down_proj.weight", "W"), N, Fs, C);
     if (gate) {
@@ -130,8 +138,11 @@ void em_moe_forward(Em *e, int l) {
         (long long)off(e, g, "moe.shared_expert_gate.weight"), N, C);
       P(e, "  rt_sigmoid_gate_forward(R(WS_Y), R(%s), R(%s), %lld, %lld); /* + sigmoid(gate) x shared output */\n", so,
         sgl, N, C);
+    } else if (e->hier) {
+      P(e, "  rt_accumulate(R(WS_Y), R(WS_YH), %lld); /* + the routed experts' (gated, summed per token) */\n", N * C);
     } else {
-      P(e, "  rt_accumulate(R(WS_Y), R(WS_Y2), %lld);\n", N * C);
+      P(e, "  rt_moe_combine(R(WS_Y), R(%s), R(%s), I(%s), %lld, %lld, %lld); /* + the routed experts' */\n", yp,
+        wts, pos, N, K, C);
     }
   }
 }
@@ -150,27 +161,32 @@ void em_moe_backward(Em *e, int l, const char *dy) {
       P(e, "  rt_zero(R(DSO), %lld);\n  rt_zero_real(R(DSGL), %lld);\n", N * C, N);
       P(e, "  rt_sigmoid_gate_backward(R(DSO), R(DSGL), R(%s), R(%s), R(%s), %lld, %lld);\n", dy, A(e, l, "SO"),
         A(e, l, "SGL"), N, C);
+      em_dln_zero(e);
       P(e, "  rt_router_logits_backward(R(DLN), DW(%lld), R(DSGL), R(%s), W(%lld), %lld, %lld, 1); /* shared_expert_gate */\n",
         (long long)og, ln2, (long long)og, N, C);
       dso = "DSO";
     }
     int64_t o = off(e, g, "moe.shared_experts.down_proj.weight");
-    P(e, "  rt_zero(R(DSH), %lld);\n", N * Fs);
-    P(e, "  rt_matmul_backward(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
+    P(e, "  rt_matmul_backward_set(R(DSH), DW(%lld), %s, R(%s), R(%s), W(%lld), %lld, %lld, %lld); /* shared down_proj */\n",
       (long long)o, bias_arg(e, g, "moe.shared_experts.down_proj.weight", "DW"), dso, A(e, l, "SH"), (long long)o, N, Fs, C);
-    if (e->gelu_experts) {
-      P(e, "  rt_zero(R(DSU), %lld);\n", N * Fs);
+    if (e->gu_fused[1]) { /* the gradient of the rows g | u, then one GEMM */
+      int64_t w = em_gu_weight(e, g, "moe.shared_experts", Fs);
+      P(e, "  rt_swiglu_rows_backward(R(DSGU), R(DSH), R(%s), %lld, %lld);\n", A(e, l, "SGU"), N, Fs);
+      P(e, "  %s(R(DLN), DW(%lld), NULL, R(DSGU), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj, up_proj */\n",
+        em_dln_gemm(e), (long long)w, ln2, (long long)w, N, C, 2 * Fs);
+    } else if (e->gelu_experts) {
       P(e, "  rt_gelu_backward(R(DSU), R(DSH), R(%s), %lld);\n", A(e, l, "SU"), N * Fs);
     } else {
-      P(e, "  rt_zero(R(DSG), %lld);\n  rt_zero(R(DSU), %lld);\n", N * Fs, N * Fs);
       P(e, "  rt_swiglu_backward(R(DSG), R(DSU), R(DSH), R(%s), R(%s), %lld);\n", A(e, l, "SG"), A(e, l, "SU"), N * Fs);
       o = off(e, g, "moe.shared_experts.gate_proj.weight");
-      P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n",
+      P(e, "  %s(R(DLN), DW(%lld), %s, R(DSG), R(%s), W(%lld), %lld, %lld, %lld); /* shared gate_proj */\n", em_dln_gemm(e),
         (long long)o, bias_arg(e, g, "moe.shared_experts.gate_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
     }
-    o = off(e, g, "moe.shared_experts.up_proj.weight");
-    P(e, "  rt_matmul_backward(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n",
-      (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+    if (!e->gu_fused[1]) {
+      o = off(e, g, "moe.shared_experts.up_proj.weight");
+      P(e, "  %s(R(DLN), DW(%lld), %s, R(DSU), R(%s), W(%lld), %lld, %lld, %lld); /* shared up_proj */\n", em_dln_gemm(e),
+        (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
+    }
   }
   P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
   if (!e->hier) /* (hierarchical: at the experts' owners, rt_moe_gate_rows) */
@@ -198,6 +214,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
     const char *stage = "R(HUS), R(HUR), R(HST), R(A2A)";
     P(e, "  rt_hier_slots(&c->hier, I(%s));\n", pos);
     P(e, "  int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(%s)); /* as in the forward */\n", offs);
+    em_dln_zero(e); /* the relays' combine adds each token's gradient into DLN */
     P(e, "  for (int r = 0; r < rounds; r++) {\n");
     /* the experts' outputs meet the output's gradient at their owner (the routing weights'
      * gradient): a recomputed forward (checkpointing) left its last round's in WS_YE; else, or
@@ -236,8 +253,10 @@ void em_moe_backward(Em *e, int l, const char *dy) {
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
   }
-  if (!e->hier)
+  if (!e->hier) {
+    em_dln_zero(e);
     P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
+  }
   P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
   if (reweight(e))
     P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,

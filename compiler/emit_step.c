@@ -305,9 +305,10 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   P(e, "/* model shapes the cuda runtime sizes its scratch and builds its attention plans by (kernels.cu has them all) */\n"
        "#define HIDDEN %lld\n#define HEADS %lld\n#define KV_HEADS %lld\n#define HEAD_DIM %lld /* q and k */\n"
        "#define V_HEAD_DIM %lld\n#define ATTENTION_CUDNN %d /* the plan's attention: 1 cuDNN's fused flash attention, 0 the "
-       "own kernels (plan_attention_cudnn) */\n#define EXPERTS %lld\n#define TOP_K %lld\n#define AUX_FREE %d\n",
+       "own kernels (plan_attention_cudnn) */\n#define QKV_FUSED %d /* q, k, v: views of one row q | k | v (plan_qkv_fused) */\n"
+       "#define EXPERTS %lld\n#define TOP_K %lld\n#define AUX_FREE %d\n",
     (long long)e->C, (long long)e->nh, (long long)e->nkv, (long long)e->hd, (long long)e->vd,
-    plan_attention_cudnn(e->md) ? 1 : 0, (long long)e->E, (long long)e->K, e->aux_free ? 1 : 0);
+    plan_attention_cudnn(e->md) ? 1 : 0, e->qkv_fused ? 1 : 0, (long long)e->E, (long long)e->K, e->aux_free ? 1 : 0);
   P(e, "#define MOE_CAP_ROWS %lld /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */\n"
        "#define MOE_MEAN_ROWS %lld /* rows a rank sends per MoE layer pass: tokens x top_k */\n",
     (long long)e->R, (long long)(e->N * e->K));
@@ -566,6 +567,7 @@ void em_init(Em *e, Mem *m, const Plan *p) {
   e->Q = e->nh * e->hd, e->KV = e->nkv * e->hd, e->VW = e->nkv * e->vd, e->AO = e->nh * e->vd;
   e->qk_norm = s->model.attention.qk_norm;
   e->rope = s->model.position == POS_ROPE;
+  e->qkv_fused = plan_qkv_fused(s, e->cp);
   e->fsdp = ch->fsdp, e->ep = ch->ep, e->efsdp = ch->efsdp, e->dpr = ch->dp_replicate, e->accum = ch->accum;
   e->world = p->world, e->ac = ch->ac, e->prefetch = ch->prefetch;
   e->keep[0] = ch->reshard == RESHARD_AFTER_STEP, e->keep[1] = ch->reshard_experts == RESHARD_AFTER_STEP;

@@ -750,9 +750,16 @@ typedef struct {
   int64_t size;
 } PlanWsGroup;
 /* The attention backward's group for tokens tokens per micro-batch and rank: DATT, DQ, DK, DV (DQR,
- * DKR with qk-norm), with cp > 1 and cuDNN DKV1 (a first query chunk's dK, dV of one sequence), and
- * with MLA its backward's buffers in their dead bytes (attn_ws.c says how). */
+ * DKR with qk-norm; one DQKV where plan_qkv_fused), with cp > 1 and cuDNN DKV1 (a first query
+ * chunk's dK, dV of one sequence), and with MLA its backward's buffers in their dead bytes (attn_ws.c
+ * says how). */
 PlanWsGroup plan_ws_attention(const Spec *s, const Model *md, int64_t tokens, int64_t cp);
+/* Whether the program projects q, k and v with one GEMM into one buffer of rows q | k | v (the
+ * layer's QKV, its gradient DQKV) that the attention and RoPE read as strided views: mha/gqa
+ * without qk-norm, RoPE without rope_scaling (or learned positions), context parallelism 1 (its
+ * all-gathers take whole K and V). model.c's q, k, v weights (and biases) are adjacent in every
+ * layout, so their one GEMM is the concatenated nn.Linear. */
+bool plan_qkv_fused(const Spec *s, int64_t cp);
 /* MLA's forward group (WS_QAN, WS_KVN, WS_KRP, WS_KVB); empty (size 0) without MLA. */
 PlanWsGroup plan_ws_mla_forward(const Spec *s, int64_t tokens);
 /* Whether the cuda program's attention is cuDNN's fused flash attention: the head dims it serves

@@ -360,8 +360,7 @@ static void build_items(Items *it, const Model *md) {
    * program alike (MLA's backward buffers in the dead bytes of d(out), dQ, dK and dV) */
   const double grad_attn = 2 * (double)plan_ws_attention(s, md, (int64_t)T, cp).size;
   const double mla_fwd = 2 * (double)plan_ws_mla_forward(s, (int64_t)T).size;
-  const bool y2 = md->n_moe_layers && s->model.moe.shared_experts && !s->model.moe.shared_expert_gate;
-  const double outputs = 2 * T * H * (y2 ? 2 : 1);
+  const double outputs = 2 * T * H;
   const double chunk = (double)plan_logits_chunk((int64_t)T, s->model.vocab);
   const double loss = 2 * T * H + 2 * 4 * T * chunk;
   const double grad_router = md->n_moe_layers ? 4 * T * (double)s->model.moe.experts : 0;
@@ -374,8 +373,8 @@ static void build_items(Items *it, const Model *md) {
       "max(2 B x tokens x (2 x widest FFN + widest gated FFN) (routed: top_k x width x imbalance): the FFN "
       "gradients; 2 B x tokens x (q + kv + heads x v_head_dim + kv_heads x v_head_dim (+ q + kv with qk-norm)): the attention's "
       "(MLA's backward buffers in their dead bytes, or past them: plan_ws_attention); 2 B x tokens x (q_lora_rank + "
-      "kv_lora_rank + qk_rope_head_dim + heads x (qk_nope_head_dim + v_head_dim)): MLA's forward; 2 B x hidden x tokens "
-      "(x 2 with ungated shared experts): a block's outputs; 2 B x hidden x tokens + 2 x 4 B x tokens x "
+      "kv_lora_rank + qk_rope_head_dim + heads x (qk_nope_head_dim + v_head_dim)): MLA's forward; 2 B x hidden x tokens: "
+      "a block's output; 2 B x hidden x tokens + 2 x 4 B x tokens x "
       "vocabulary chunk (<= 4096 columns, <= 1 GiB): the final norm's output and the loss's logits; 4 B x "
       "tokens x experts: the router logits' gradient; 4 B x MUON_WORK: Muon's scratch)";
   const bool ffn_in_a2a = md->n_moe_layers && ch->ep > 1;

@@ -58,6 +58,7 @@ typedef struct {
   int expert_loop_rows;    /* the plan's expert path: a pass whose experts with rows average at least this many
                             * runs one cuBLAS GEMM per expert over CU_LANES streams, else one grouped call (0: always grouped) */
   int cp, cp_rank;         /* context parallelism: each sequence split over cp ranks, this one cp_rank (0: 1) */
+  int qkv_fused;           /* 1: q, k, v are views of one fused row q | k | v (rt_attention_qkv_*) */
 } RtCudaConfig;
 
 /* Picks this rank's GPU (local rank modulo the visible devices), creates the stream and the

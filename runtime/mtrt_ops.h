@@ -17,7 +17,12 @@
  *
  * Conventions (as llm.c): forward functions overwrite their outputs; backward functions
  * ADD into every gradient they are given (parameter gradients accumulate over micro-batches,
- * input gradients over branches), and skip any gradient pointer that is NULL.
+ * input gradients over branches), and skip any gradient pointer that is NULL. The exceptions
+ * WRITE an input gradient, so that its first writer needs no zeroed buffer (and the cuda backend
+ * no memset pass): rt_matmul_backward_set's dx, rt_attention_backward's dq, dk, dv (and
+ * rt_attention_qkv_backward's dqkv),
+ * rt_swiglu_backward's dg, du (rt_swiglu_rows_backward's dgu), rt_gelu_backward's dx and
+ * rt_moe_combine_backward's dyp.
  * Ops never allocate: callers pass every buffer (the plan sizes them).
  */
 #ifndef MTRT_OPS_H
@@ -58,6 +63,10 @@ void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C);
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps);
 void rt_rmsnorm_backward(act *dx, act *dw, const act *dout, const act *x, const act *w,
                          const real *rstd, int N, int C);
+/* The residual add and the RMSNorm after it in one pass: res = x + y (rt_add's values), then
+ * out, rstd = rt_rmsnorm_forward of res. */
+void rt_add_rmsnorm_forward(act *res, act *out, real *rstd, const act *x, const act *y, const act *w, int N, int C,
+                            real eps);
 /* qk-norm (Qwen3: per head, modeling_qwen3.py's q_norm/k_norm over head_dim; OLMoE: full, over
  * all heads' channels of a token): RMSNorm of `rows` rows of `width` values with weight w
  * (width), before RoPE. per_head: rows = N · heads, width = hd; full: rows = N, width =
@@ -87,6 +96,10 @@ void rt_bias_backward(act *db, const act *dout, int N, int C);
 void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, int N, int IC, int OC);
 void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x,
                         const act *w, int N, int IC, int OC);
+/* The same with dx written, not added (cuBLAS beta 0): the first writer of an input gradient;
+ * dw and dbias still add (they accumulate over micro-batches). */
+void rt_matmul_backward_set(act *dx, act *dw, act *dbias, const act *dout, const act *x,
+                            const act *w, int N, int IC, int OC);
 /* The router's linear layer, its logits (N,E) and their gradient in real (routing is decided in
  * fp32): logits = x (N,IC) · wᵀ, w (E,IC); backward dx += dlogits · w, dw += dlogitsᵀ · x. */
 void rt_router_logits_forward(real *logits, const act *x, const act *w, int N, int IC, int E);
@@ -121,13 +134,24 @@ void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, rea
  * head size, hd for mha/gqa, MLA's v_head_dim); lse the log-sum-exp of each score row, saved for
  * backward (O(T) memory: scores are recomputed, never stored): (B,nh,T) on the cpu backend and
  * from cuDNN, (B·T,nh) from the cuda backend's own kernels; only its own backend reads it. The
- * backward adds into dq, dk, dv on the cpu backend and in the own cuda kernels, and cuDNN's writes
- * them: callers zero them first (the generated step does). */
+ * backward WRITES dq, dk, dv (as cuDNN does; the own cuda kernels and the cpu backend alike): no
+ * caller zeroes them. */
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v,
                           int B, int T, int nh, int nkv, int hd, int vd);
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q,
                            const act *k, const act *v, const act *out, const real *lse,
                            int B, int T, int nh, int nkv, int hd, int vd);
+
+/* The same over one fused projection's output (mha/gqa, vd = hd): qkv (B,T, (nh + 2 nkv) hd), each
+ * token's row q (nh hd) | k (nkv hd) | v (nkv hd): one GEMM over the q, k, v weights that the
+ * layout keeps adjacent (compiler/plan_qkv_fused). The attention reads strided views of it; the
+ * backward WRITES the whole dqkv (same layout). out, lse as rt_attention_forward's. */
+void rt_attention_qkv_forward(act *out, real *lse, const act *qkv, int B, int T, int nh, int nkv, int hd);
+void rt_attention_qkv_backward(act *dqkv, const act *dout, const act *qkv, const act *out, const real *lse, int B,
+                               int T, int nh, int nkv, int hd);
+/* rt_rope_forward / backward on q's and k's heads of such rows, in place (v untouched). */
+void rt_rope_qkv_forward(act *qkv, int B, int T, int nh, int nkv, int hd, real theta);
+void rt_rope_qkv_backward(act *dqkv, int B, int T, int nh, int nkv, int hd, real theta);
 
 /* Context parallelism (both backends; cuda: runtime/cuda/ops_cp.c): a rank holds T
  * tokens of each of B sequences of S tokens, in two chunks of T/2: its tokens t < T/2 are at
@@ -175,10 +199,17 @@ void rt_mla_kv_backward(act *dkvb, act *dkr, const act *dk, const act *dv, int64
                         int vd, real kscale);
 
 /* SwiGLU (Shazeer 2020): h = silu(g) ⊙ u; g, u, h (n elements). n is 64-bit: the experts' rows × F
- * pass 2^31 (europa-1t: 65536 · 8 rows × 1792 × 2.3 when the load is 2.3× the mean). */
+ * pass 2^31 (europa-1t: 65536 · 8 rows × 1792 × 2.3 when the load is 2.3× the mean). The backward
+ * WRITES dg and du (the first writers of those gradients). */
 void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n);
 void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n);
-/* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements (64-bit). */
+/* The same over one fused gate|up projection's output: gu (rows, 2F), each row g (F) | u (F) (one
+ * GEMM over gate_proj's and up_proj's adjacent weights); h (rows, F). The backward WRITES dgu
+ * (rows, 2F, the same layout). */
+void rt_swiglu_rows_forward(act *h, const act *gu, int64_t rows, int F);
+void rt_swiglu_rows_backward(act *dgu, const act *dh, const act *gu, int64_t rows, int F);
+/* GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); n elements (64-bit). The
+ * backward WRITES dx. */
 void rt_gelu_forward(act *h, const act *x, int64_t n);
 void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n);
 

@@ -84,6 +84,10 @@ static const EmBuf *find(const Em *e, const char *name) {
 /* The program's name of save sv of a layer (its L<l>_ or WS_ suffix): the save's own, but with
  * one EP rank the experts' input rows XE are the permuted copies XP (no all-to-all). */
 static const char *buf_name(const Em *e, const Saved *sv) {
+  if (e->qkv_fused && (!strcmp(sv->name, "Q") || !strcmp(sv->name, "K") || !strcmp(sv->name, "V")))
+    return "QKV"; /* the fused projection's rows q | k | v (plan_qkv_fused) */
+  if (e->gu_fused[0] && (!strcmp(sv->name, "G") || !strcmp(sv->name, "U"))) return "GU"; /* rows g | u */
+  if (e->gu_fused[1] && (!strcmp(sv->name, "SG") || !strcmp(sv->name, "SU"))) return "SGU";
   return e->ep == 1 && strcmp(sv->name, "XE") == 0 ? "XP" : sv->name;
 }
 
@@ -112,6 +116,9 @@ static int names(const Em *e, const char *what) {
         int64_t want = sv->routed ? sv->elems / e->K * e->R : sv->elems * e->N;
         bool kept = plan_keeps(e->ac, sv->cls);
         const char *n = buf_name(e, sv);
+        if (strcmp(n, "QKV") == 0) /* three saves (Q, K, V) in one buffer: their elements together */
+          want = (int64_t)(e->Q + 2 * e->KV) * e->N;
+        if (strcmp(n, "GU") == 0 || strcmp(n, "SGU") == 0) want *= 2; /* gate and up saves of one width */
         const EmBuf *b;
         if (strcmp(n, "X") == 0)
           b = find(e, e->offload ? "XSLOT0" : mem_printf(e->m, "X%d", l));
@@ -151,8 +158,10 @@ static int names(const Em *e, const char *what) {
           const Saved *sv = &md->ops[k].saved[j];
           hits += strcmp(buf_name(e, sv), n) == 0 && plan_keeps(e->ac, sv->cls);
         }
-      if (hits != 1 && bad++ < 5)
-        fprintf(stderr, "%s: layer %d buffer %s is %d kept saves of the model graph, expected 1\n", what, l, b, hits);
+      int expect = strcmp(n, "QKV") == 0 ? 3 : strcmp(n, "GU") == 0 || strcmp(n, "SGU") == 0 ? 2 : 1; /* Q, K, V; G, U */
+      if (hits != expect && bad++ < 5)
+        fprintf(stderr, "%s: layer %d buffer %s is %d kept saves of the model graph, expected %d\n", what, l, b, hits,
+                expect);
     }
   }
   return bad;

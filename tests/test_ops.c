@@ -104,6 +104,19 @@ static void test_qk_norm(void) {
   }
 }
 
+/* ---- the residual add and RMSNorm in one call: rt_add then rt_rmsnorm_forward, exactly */
+static void test_add_rmsnorm(void) {
+  enum { AN = 3, AC = 8 };
+  double *x = arr(AN * AC), *y = arr(AN * AC), *w = arr(AC), *res = zeros(AN * AC), *out = zeros(AN * AC);
+  double *rstd = zeros(AN), *res2 = zeros(AN * AC), *out2 = zeros(AN * AC), *rstd2 = zeros(AN), worst = 0;
+  rt_add_rmsnorm_forward(res, out, rstd, x, y, w, AN, AC, 1e-5);
+  rt_add(res2, x, y, AN * AC);
+  rt_rmsnorm_forward(out2, rstd2, res2, w, AN, AC, 1e-5);
+  for (int i = 0; i < AN * AC; i++) worst = fmax(worst, fmax(fabs(res[i] - res2[i]), fabs(out[i] - out2[i])));
+  for (int i = 0; i < AN; i++) worst = fmax(worst, fabs(rstd[i] - rstd2[i]));
+  CHECK(worst == 0);
+}
+
 /* ---- matmul with bias */
 enum { MN = 3, MI = 5, MO = 4 };
 static double *mm_x, *mm_w, *mm_b, *mm_R, mm_out[MN * MO];
@@ -119,6 +132,13 @@ static void test_matmul(void) {
   GRAD_OK(mm_x, dx, MN * MI);
   GRAD_OK(mm_w, dw, MO * MI);
   GRAD_OK(mm_b, db, MO);
+  /* the first writer of dx: its old values (non-zero) are overwritten, dw and db still add */
+  double *dx2 = arr(MN * MI), *dw2 = zeros(MO * MI), *db2 = zeros(MO);
+  rt_matmul_backward_set(dx2, dw2, db2, mm_R, mm_x, mm_w, MN, MI, MO);
+  GRAD_OK(mm_x, dx2, MN * MI);
+  rt_matmul_backward_set(dx2, dw2, db2, mm_R, mm_x, mm_w, MN, MI, MO);
+  for (int i = 0; i < MO * MI; i++) CHECK(fabs(dw2[i] - 2 * dw[i]) < 1e-12);
+  for (int i = 0; i < MO; i++) CHECK(fabs(db2[i] - 2 * db[i]) < 1e-12);
 }
 
 /* ---- rope */
@@ -206,7 +226,7 @@ static void test_attention(void) {
     at_vd = c ? AVD : AD;
     int nq = AB * AT * AH * AD, nk = AB * AT * AKV * AD, nv = AB * AT * AKV * at_vd, no = AB * AT * AH * at_vd;
     at_q = arr(nq), at_k = arr(nk), at_v = arr(nv), at_R = arr(no);
-    double *dq = zeros(nq), *dk = zeros(nk), *dv = zeros(nv);
+    double *dq = arr(nq), *dk = arr(nk), *dv = arr(nv); /* written, not added to: start non-zero */
     loss_fn = at_loss;
     at_loss();
     rt_attention_backward(dq, dk, dv, at_R, at_q, at_k, at_v, at_out, at_lse, AB, AT, AH, AKV, AD, at_vd);
@@ -369,7 +389,7 @@ static double gl_loss(void) {
 }
 static void test_activations(void) {
   sw_g = arr(SN), sw_u = arr(SN), sw_R = arr(SN);
-  double *dg = zeros(SN), *du = zeros(SN), *dx = zeros(SN);
+  double *dg = arr(SN), *du = arr(SN), *dx = arr(SN); /* written, not added to: start non-zero */
   loss_fn = sw_loss;
   rt_swiglu_backward(dg, du, sw_R, sw_g, sw_u, SN);
   GRAD_OK(sw_g, dg, SN);
@@ -377,6 +397,20 @@ static void test_activations(void) {
   loss_fn = gl_loss;
   rt_gelu_backward(dx, sw_R, sw_g, SN);
   GRAD_OK(sw_g, dx, SN);
+  /* the fused gate|up rows (rows x [g | u]) against the plain op on the halves */
+  enum { GR = 3, GF = 5 };
+  double *gu = arr(GR * 2 * GF), *dh = arr(GR * GF), *h = zeros(GR * GF), *dgu = arr(GR * 2 * GF), worst = 0;
+  rt_swiglu_rows_forward(h, gu, GR, GF);
+  rt_swiglu_rows_backward(dgu, dh, gu, GR, GF);
+  for (int r = 0; r < GR; r++) {
+    double hr[GF], dgr[GF], dur[GF];
+    rt_swiglu_forward(hr, gu + r * 2 * GF, gu + r * 2 * GF + GF, GF);
+    rt_swiglu_backward(dgr, dur, dh + r * GF, gu + r * 2 * GF, gu + r * 2 * GF + GF, GF);
+    for (int j = 0; j < GF; j++)
+      worst = fmax(worst, fmax(fabs(hr[j] - h[r * GF + j]),
+                               fmax(fabs(dgr[j] - dgu[r * 2 * GF + j]), fabs(dur[j] - dgu[r * 2 * GF + GF + j]))));
+  }
+  CHECK(worst < 1e-15);
 }
 
 /* ---- router (both kinds) and the load-balancing loss */
@@ -654,6 +688,42 @@ static void test_head(void) {
   GRAD_OK(em_w, dew, LV * LC);
 }
 
+/* ---- the fused projection's rows q | k | v: rt_rope_qkv_* and rt_attention_qkv_* equal the plain
+ * ops on the parts copied out (forward, backward; dqkv written over non-zero values) */
+static void test_qkv(void) {
+  enum { FB = 2, FT = 6, FH = 4, FKV = 2, FD = 4, FQ = FH * FD, FK = FKV * FD, FW = FQ + 2 * FK, FN = FB * FT };
+  double *qkv = arr(FN * FW), *dout = arr(FN * FQ), *q = zeros(FN * FQ), *k = zeros(FN * FK), *v = zeros(FN * FK);
+  double *out = zeros(FN * FQ), *lse = zeros(FN * FH), *fout = zeros(FN * FQ), *flse = zeros(FN * FH);
+  double *dq = zeros(FN * FQ), *dk = zeros(FN * FK), *dv = zeros(FN * FK), *dqkv = arr(FN * FW), worst = 0;
+  rt_rope_qkv_forward(qkv, FB, FT, FH, FKV, FD, 100);
+  for (int n = 0; n < FN; n++) {
+    memcpy(q + n * FQ, qkv + n * FW, sizeof(double) * FQ);
+    memcpy(k + n * FK, qkv + n * FW + FQ, sizeof(double) * FK);
+    memcpy(v + n * FK, qkv + n * FW + FQ + FK, sizeof(double) * FK);
+  }
+  rt_rope_qkv_backward(qkv, FB, FT, FH, FKV, FD, 100); /* back to the projections */
+  double *q0 = zeros(FN * FQ), *k0 = zeros(FN * FK);
+  for (int n = 0; n < FN; n++)
+    memcpy(q0 + n * FQ, qkv + n * FW, sizeof(double) * FQ), memcpy(k0 + n * FK, qkv + n * FW + FQ, sizeof(double) * FK);
+  rt_rope_forward(q0, FB, FT, FH, FD, 100), rt_rope_forward(k0, FB, FT, FKV, FD, 100);
+  for (int i = 0; i < FN * FQ; i++) worst = fmax(worst, fabs(q0[i] - q[i]));
+  for (int i = 0; i < FN * FK; i++) worst = fmax(worst, fabs(k0[i] - k[i]));
+  rt_rope_qkv_forward(qkv, FB, FT, FH, FKV, FD, 100);
+  rt_attention_forward(out, lse, q, k, v, FB, FT, FH, FKV, FD, FD);
+  rt_attention_qkv_forward(fout, flse, qkv, FB, FT, FH, FKV, FD);
+  for (int i = 0; i < FN * FQ; i++) worst = fmax(worst, fabs(fout[i] - out[i]));
+  for (int i = 0; i < FN * FH; i++) worst = fmax(worst, fabs(flse[i] - lse[i]));
+  rt_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, FB, FT, FH, FKV, FD, FD);
+  rt_attention_qkv_backward(dqkv, dout, qkv, out, lse, FB, FT, FH, FKV, FD);
+  for (int n = 0; n < FN; n++) {
+    for (int i = 0; i < FQ; i++) worst = fmax(worst, fabs(dqkv[n * FW + i] - dq[n * FQ + i]));
+    for (int i = 0; i < FK; i++) worst = fmax(worst, fabs(dqkv[n * FW + FQ + i] - dk[n * FK + i]));
+    for (int i = 0; i < FK; i++) worst = fmax(worst, fabs(dqkv[n * FW + FQ + FK + i] - dv[n * FK + i]));
+  }
+  printf("fused q|k|v rows against the plain ops: worst difference %.1e\n", worst);
+  CHECK(worst < 1e-12);
+}
+
 /* ---- context parallelism: a rank's chunks (positions [lo, lo + c) and [hi, hi + c) of each sequence of
  * S) against the whole sequences: rt_attention_span_* and rt_rope_span_* give the rows the plain ops
  * give at those positions, and the ranks' dk, dv over the whole range add up to the plain ones. */
@@ -706,6 +776,8 @@ int main(void) {
   test_rope_yarn();
   test_attention();
   test_attention_long();
+  test_add_rmsnorm();
+  test_qkv();
   test_span();
   test_mla();
   test_activations();

@@ -740,8 +740,7 @@
 #define WS_YP                         WS_XP /* 2818572288 [moe.dispatch_send]: expert outputs in expert order: in WS_XP's rows (each round's outputs land in the rows that round sent; dead after rt_moe_combine_backward, before WS_XP is rebuilt) */
 #define WS_XE                    8244560416 /* 3523215360 [activations.forward_layer]: rows this rank's experts received in one all-to-all round (MOE_CAP_ROWS) */
 #define WS_YE                   19619513088 /* 3523215360 [moe.combine_send]: their outputs, before going back */
-#define WS_SG                   11767775936 /*  100663296 [activations.forward_layer]: shared experts' gate */
-#define WS_SU                   11868439232 /*  100663296 [activations.forward_layer]: shared experts' up */
+#define WS_SGU                  11767775936 /*  201326592 [activations.forward_layer]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define WS_SH                   11969102528 /*  100663296 [activations.forward_layer]: shared experts' activation */
 #define DX_A                    41845748992 /*  352321536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
 #define DX_B                    42198070528 /*  352321536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
@@ -749,13 +748,12 @@
 #define A2A                     12069765888 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1006632960 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
 #define DG                              EDG /*  905969664 [moe.a2a_staging]: gradient of the mlp gate: in EDG (one FFN's backward at a time) */
-#define DSG                             EDG /*  100663296 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (A2A + 1006632960) /* 1006632960 [moe.a2a_staging]: routed experts' up gradient: in A2A (an FFN's backward) */
 #define DU                              EDU /*  905969664 [moe.a2a_staging]: gradient of the mlp up: in EDU (one FFN's backward at a time) */
-#define DSU                             EDU /*  100663296 [moe.a2a_staging]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
 #define EDH                    (A2A + 2013265920) /* 1006632960 [moe.a2a_staging]: routed experts' activation gradient: in A2A (an FFN's backward) */
 #define DH                              EDH /*  905969664 [moe.a2a_staging]: gradient of the mlp activation: in EDH (one FFN's backward at a time) */
 #define DSH                             EDH /*  100663296 [moe.a2a_staging]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DSGU                            A2A /*  201326592 [moe.a2a_staging]: shared experts' gate and up's gradient, each token's row g | u: in A2A (an FFN's backward) */
 #define DATT                            A2A /*  805306368 [moe.a2a_staging]: gradient of the attention output: in A2A (the attention's backward) */
 #define DQ                     (A2A + 805306368) /* 1207959552 [moe.a2a_staging]: gradient of the queries: in A2A (the attention's backward) */
 #define DK                     (A2A + 2013265920) /* 1207959552 [moe.a2a_staging]: gradient of the keys: in A2A (the attention's backward) */
@@ -773,7 +771,6 @@
 #define WS_KRP                 (A2A + 100663296) /*    3145728 [moe.a2a_staging]: mla: the RoPE key shared by the heads (rotated in place): in A2A (a layer's forward, from the latent norms to the keys and values) */
 #define WS_KVB                 (A2A + 103809024) /* 1610612736 [moe.a2a_staging]: mla: kv_b_proj's output, k_nope and v per head: in A2A (a layer's forward, from the latent norms to the keys and values) */
 #define WS_Y                            A2A /*  352321536 [moe.a2a_staging]: a block's output before the residual add: in A2A (a layer's forward) */
-#define WS_Y2                  (A2A + 352321536) /*  352321536 [moe.a2a_staging]: shared experts' output: in A2A (a layer's forward) */
 #define LNF                             A2A /*  352321536 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 352321536) /*  805306368 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   25165824 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
@@ -2087,8 +2084,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(WS_U), A(WS_LN2), W(319242240), NULL, 49152, 7168, 18432); /* up_proj */
   rt_matmul_forward(A(WS_G), A(WS_LN2), W(187121664), NULL, 49152, 7168, 18432); /* gate_proj */
   rt_swiglu_forward(A(WS_H), A(WS_G), A(WS_U), 905969664);
@@ -2113,8 +2109,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(WS_U), A(WS_LN2), W(319242240), NULL, 49152, 7168, 18432); /* up_proj */
   rt_matmul_forward(A(WS_G), A(WS_LN2), W(187121664), NULL, 49152, 7168, 18432); /* gate_proj */
   rt_swiglu_forward(A(WS_H), A(WS_G), A(WS_U), 905969664);
@@ -2139,8 +2134,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_matmul_forward(A(WS_U), A(WS_LN2), W(319242240), NULL, 49152, 7168, 18432); /* up_proj */
   rt_matmul_forward(A(WS_G), A(WS_LN2), W(187121664), NULL, 49152, 7168, 18432); /* gate_proj */
   rt_swiglu_forward(A(WS_H), A(WS_G), A(WS_U), 905969664);
@@ -2164,8 +2158,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2182,13 +2175,10 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2208,8 +2198,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2226,13 +2215,10 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2252,8 +2238,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2270,13 +2255,10 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2296,8 +2278,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2314,13 +2295,10 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2340,8 +2318,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2358,13 +2335,10 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2384,8 +2358,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2402,13 +2375,10 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2428,8 +2398,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2446,13 +2415,10 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2472,8 +2438,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2490,13 +2455,10 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2516,8 +2478,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2534,13 +2495,10 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2560,8 +2518,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2578,13 +2535,10 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2604,8 +2558,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2622,13 +2575,10 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2648,8 +2598,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2666,13 +2615,10 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2692,8 +2638,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2710,13 +2655,10 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2736,8 +2678,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2754,13 +2695,10 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2780,8 +2718,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2798,13 +2735,10 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2824,8 +2758,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2842,13 +2775,10 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2868,8 +2798,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2886,13 +2815,10 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2912,8 +2838,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2930,13 +2855,10 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -2956,8 +2878,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -2974,13 +2895,10 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3000,8 +2918,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3018,13 +2935,10 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3044,8 +2958,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3062,13 +2975,10 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3088,8 +2998,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3106,13 +3015,10 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3132,8 +3038,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3150,13 +3055,10 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3176,8 +3078,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3194,13 +3095,10 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3220,8 +3118,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3238,13 +3135,10 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3264,8 +3158,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3282,13 +3175,10 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3308,8 +3198,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3326,13 +3215,10 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3352,8 +3238,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3370,13 +3255,10 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3396,8 +3278,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3414,13 +3295,10 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3440,8 +3318,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X32), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3458,13 +3335,10 @@ static void layer32_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3484,8 +3358,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X33), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3502,13 +3375,10 @@ static void layer33_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3528,8 +3398,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X34), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3546,13 +3415,10 @@ static void layer34_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3572,8 +3438,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X35), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3590,13 +3455,10 @@ static void layer35_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3616,8 +3478,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X36), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3634,13 +3495,10 @@ static void layer36_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3660,8 +3518,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X37), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3678,13 +3535,10 @@ static void layer37_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3704,8 +3558,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X38), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3722,13 +3575,10 @@ static void layer38_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3748,8 +3598,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X39), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3766,13 +3615,10 @@ static void layer39_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3792,8 +3638,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X40), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3810,13 +3655,10 @@ static void layer40_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3836,8 +3678,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X41), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3854,13 +3695,10 @@ static void layer41_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3880,8 +3718,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X42), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3898,13 +3735,10 @@ static void layer42_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3924,8 +3758,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X43), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3942,13 +3775,10 @@ static void layer43_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -3968,8 +3798,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X44), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -3986,13 +3815,10 @@ static void layer44_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4012,8 +3838,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X45), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4030,13 +3855,10 @@ static void layer45_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4056,8 +3878,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X46), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4074,13 +3895,10 @@ static void layer46_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4100,8 +3918,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X47), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4118,13 +3935,10 @@ static void layer47_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4144,8 +3958,7 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X48), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X48), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4162,13 +3975,10 @@ static void layer48_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X49), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4188,8 +3998,7 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X49), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X49), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4206,13 +4015,10 @@ static void layer49_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X50), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4232,8 +4038,7 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X50), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X50), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4250,13 +4055,10 @@ static void layer50_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X51), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4276,8 +4078,7 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X51), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X51), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4294,13 +4095,10 @@ static void layer51_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X52), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4320,8 +4118,7 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X52), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X52), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4338,13 +4135,10 @@ static void layer52_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X53), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4364,8 +4158,7 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X53), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X53), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4382,13 +4175,10 @@ static void layer53_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X54), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4408,8 +4198,7 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X54), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X54), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4426,13 +4215,10 @@ static void layer54_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X55), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4452,8 +4238,7 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X55), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X55), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4470,13 +4255,10 @@ static void layer55_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X56), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4496,8 +4278,7 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X56), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X56), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4514,13 +4295,10 @@ static void layer56_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X57), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4540,8 +4318,7 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X57), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X57), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4558,13 +4335,10 @@ static void layer57_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X58), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4584,8 +4358,7 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X58), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X58), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4602,13 +4375,10 @@ static void layer58_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X59), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4628,8 +4398,7 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X59), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X59), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4646,13 +4415,10 @@ static void layer59_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X60), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
@@ -4672,8 +4438,7 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_mla_kv_forward(A(WS_K), A(WS_V), A(WS_KVB), A(WS_KRP), 49152, 128, 128, 64, 128, 1); /* N, heads, nope, rope, v_head_dim, softmax scale factor */
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 12, 4096, 128, 128, 192, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(69673984), NULL, 49152, 16384, 7168); /* o_proj */
-  rt_add(A(WS_RES), A(X60), A(WS_Y), 352321536); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(187114496), 49152, 7168, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X60), A(WS_Y), W(187114496), 49152, 7168, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router (mlp.gate) */
   rt_router_group_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), W(188956672), 49152, 256, 8, 8, 4, true); /* n_group, topk_group */
   rt_router_weights(R(WS_WTS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, true, true, 2.5); /* norm_topk_prob, routed_scaling_factor */
@@ -4690,28 +4455,21 @@ static void layer60_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 7168); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 352321536);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(188956928), NULL, 49152, 7168, 2048); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(203636992), NULL, 49152, 7168, 2048); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 352321536);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(188956928), NULL, 49152, 7168, 4096); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 49152, 2048);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(218317056), NULL, 49152, 2048, 7168); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168); /* + the routed experts' */
   if (!recompute) rt_add(A(X61), A(WS_RES), A(WS_Y), 352321536); /* residual */
 }
 
 /* layer 60 (MoE), backward: DX_A (gradient of X61) -> DX_B (gradient of X60); weight gradients
  * into DW and DWE. */
 static void layer60_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4734,27 +4492,20 @@ static void layer60_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4765,15 +4516,11 @@ static void layer60_backward(RtCtx *c) {
 /* layer 59 (MoE), backward: DX_B (gradient of X60) -> DX_A (gradient of X59); weight gradients
  * into DW and DWE. */
 static void layer59_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4796,27 +4543,20 @@ static void layer59_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4827,15 +4567,11 @@ static void layer59_backward(RtCtx *c) {
 /* layer 58 (MoE), backward: DX_A (gradient of X59) -> DX_B (gradient of X58); weight gradients
  * into DW and DWE. */
 static void layer58_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4858,27 +4594,20 @@ static void layer58_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4889,15 +4618,11 @@ static void layer58_backward(RtCtx *c) {
 /* layer 57 (MoE), backward: DX_B (gradient of X58) -> DX_A (gradient of X57); weight gradients
  * into DW and DWE. */
 static void layer57_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4920,27 +4645,20 @@ static void layer57_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -4951,15 +4669,11 @@ static void layer57_backward(RtCtx *c) {
 /* layer 56 (MoE), backward: DX_A (gradient of X57) -> DX_B (gradient of X56); weight gradients
  * into DW and DWE. */
 static void layer56_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4982,27 +4696,20 @@ static void layer56_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5013,15 +4720,11 @@ static void layer56_backward(RtCtx *c) {
 /* layer 55 (MoE), backward: DX_B (gradient of X56) -> DX_A (gradient of X55); weight gradients
  * into DW and DWE. */
 static void layer55_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5044,27 +4747,20 @@ static void layer55_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5075,15 +4771,11 @@ static void layer55_backward(RtCtx *c) {
 /* layer 54 (MoE), backward: DX_A (gradient of X55) -> DX_B (gradient of X54); weight gradients
  * into DW and DWE. */
 static void layer54_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5106,27 +4798,20 @@ static void layer54_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5137,15 +4822,11 @@ static void layer54_backward(RtCtx *c) {
 /* layer 53 (MoE), backward: DX_B (gradient of X54) -> DX_A (gradient of X53); weight gradients
  * into DW and DWE. */
 static void layer53_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5168,27 +4849,20 @@ static void layer53_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5199,15 +4873,11 @@ static void layer53_backward(RtCtx *c) {
 /* layer 52 (MoE), backward: DX_A (gradient of X53) -> DX_B (gradient of X52); weight gradients
  * into DW and DWE. */
 static void layer52_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5230,27 +4900,20 @@ static void layer52_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5261,15 +4924,11 @@ static void layer52_backward(RtCtx *c) {
 /* layer 51 (MoE), backward: DX_B (gradient of X52) -> DX_A (gradient of X51); weight gradients
  * into DW and DWE. */
 static void layer51_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5292,27 +4951,20 @@ static void layer51_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5323,15 +4975,11 @@ static void layer51_backward(RtCtx *c) {
 /* layer 50 (MoE), backward: DX_A (gradient of X51) -> DX_B (gradient of X50); weight gradients
  * into DW and DWE. */
 static void layer50_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5354,27 +5002,20 @@ static void layer50_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5385,15 +5026,11 @@ static void layer50_backward(RtCtx *c) {
 /* layer 49 (MoE), backward: DX_B (gradient of X50) -> DX_A (gradient of X49); weight gradients
  * into DW and DWE. */
 static void layer49_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5416,27 +5053,20 @@ static void layer49_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5447,15 +5077,11 @@ static void layer49_backward(RtCtx *c) {
 /* layer 48 (MoE), backward: DX_A (gradient of X49) -> DX_B (gradient of X48); weight gradients
  * into DW and DWE. */
 static void layer48_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5478,27 +5104,20 @@ static void layer48_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5509,15 +5128,11 @@ static void layer48_backward(RtCtx *c) {
 /* layer 47 (MoE), backward: DX_B (gradient of X48) -> DX_A (gradient of X47); weight gradients
  * into DW and DWE. */
 static void layer47_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5540,27 +5155,20 @@ static void layer47_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5571,15 +5179,11 @@ static void layer47_backward(RtCtx *c) {
 /* layer 46 (MoE), backward: DX_A (gradient of X47) -> DX_B (gradient of X46); weight gradients
  * into DW and DWE. */
 static void layer46_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5602,27 +5206,20 @@ static void layer46_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5633,15 +5230,11 @@ static void layer46_backward(RtCtx *c) {
 /* layer 45 (MoE), backward: DX_B (gradient of X46) -> DX_A (gradient of X45); weight gradients
  * into DW and DWE. */
 static void layer45_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5664,27 +5257,20 @@ static void layer45_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5695,15 +5281,11 @@ static void layer45_backward(RtCtx *c) {
 /* layer 44 (MoE), backward: DX_A (gradient of X45) -> DX_B (gradient of X44); weight gradients
  * into DW and DWE. */
 static void layer44_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5726,27 +5308,20 @@ static void layer44_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5757,15 +5332,11 @@ static void layer44_backward(RtCtx *c) {
 /* layer 43 (MoE), backward: DX_B (gradient of X44) -> DX_A (gradient of X43); weight gradients
  * into DW and DWE. */
 static void layer43_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5788,27 +5359,20 @@ static void layer43_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5819,15 +5383,11 @@ static void layer43_backward(RtCtx *c) {
 /* layer 42 (MoE), backward: DX_A (gradient of X43) -> DX_B (gradient of X42); weight gradients
  * into DW and DWE. */
 static void layer42_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5850,27 +5410,20 @@ static void layer42_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5881,15 +5434,11 @@ static void layer42_backward(RtCtx *c) {
 /* layer 41 (MoE), backward: DX_B (gradient of X42) -> DX_A (gradient of X41); weight gradients
  * into DW and DWE. */
 static void layer41_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5912,27 +5461,20 @@ static void layer41_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -5943,15 +5485,11 @@ static void layer41_backward(RtCtx *c) {
 /* layer 40 (MoE), backward: DX_A (gradient of X41) -> DX_B (gradient of X40); weight gradients
  * into DW and DWE. */
 static void layer40_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5974,27 +5512,20 @@ static void layer40_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6005,15 +5536,11 @@ static void layer40_backward(RtCtx *c) {
 /* layer 39 (MoE), backward: DX_B (gradient of X40) -> DX_A (gradient of X39); weight gradients
  * into DW and DWE. */
 static void layer39_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6036,27 +5563,20 @@ static void layer39_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6067,15 +5587,11 @@ static void layer39_backward(RtCtx *c) {
 /* layer 38 (MoE), backward: DX_A (gradient of X39) -> DX_B (gradient of X38); weight gradients
  * into DW and DWE. */
 static void layer38_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6098,27 +5614,20 @@ static void layer38_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6129,15 +5638,11 @@ static void layer38_backward(RtCtx *c) {
 /* layer 37 (MoE), backward: DX_B (gradient of X38) -> DX_A (gradient of X37); weight gradients
  * into DW and DWE. */
 static void layer37_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6160,27 +5665,20 @@ static void layer37_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6191,15 +5689,11 @@ static void layer37_backward(RtCtx *c) {
 /* layer 36 (MoE), backward: DX_A (gradient of X37) -> DX_B (gradient of X36); weight gradients
  * into DW and DWE. */
 static void layer36_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6222,27 +5716,20 @@ static void layer36_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6253,15 +5740,11 @@ static void layer36_backward(RtCtx *c) {
 /* layer 35 (MoE), backward: DX_B (gradient of X36) -> DX_A (gradient of X35); weight gradients
  * into DW and DWE. */
 static void layer35_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6284,27 +5767,20 @@ static void layer35_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6315,15 +5791,11 @@ static void layer35_backward(RtCtx *c) {
 /* layer 34 (MoE), backward: DX_A (gradient of X35) -> DX_B (gradient of X34); weight gradients
  * into DW and DWE. */
 static void layer34_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6346,27 +5818,20 @@ static void layer34_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6377,15 +5842,11 @@ static void layer34_backward(RtCtx *c) {
 /* layer 33 (MoE), backward: DX_B (gradient of X34) -> DX_A (gradient of X33); weight gradients
  * into DW and DWE. */
 static void layer33_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6408,27 +5869,20 @@ static void layer33_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6439,15 +5893,11 @@ static void layer33_backward(RtCtx *c) {
 /* layer 32 (MoE), backward: DX_A (gradient of X33) -> DX_B (gradient of X32); weight gradients
  * into DW and DWE. */
 static void layer32_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6470,27 +5920,20 @@ static void layer32_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6501,15 +5944,11 @@ static void layer32_backward(RtCtx *c) {
 /* layer 31 (MoE), backward: DX_B (gradient of X32) -> DX_A (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6532,27 +5971,20 @@ static void layer31_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6563,15 +5995,11 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (MoE), backward: DX_A (gradient of X31) -> DX_B (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6594,27 +6022,20 @@ static void layer30_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6625,15 +6046,11 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (MoE), backward: DX_B (gradient of X30) -> DX_A (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6656,27 +6073,20 @@ static void layer29_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6687,15 +6097,11 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (MoE), backward: DX_A (gradient of X29) -> DX_B (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6718,27 +6124,20 @@ static void layer28_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6749,15 +6148,11 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (MoE), backward: DX_B (gradient of X28) -> DX_A (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6780,27 +6175,20 @@ static void layer27_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6811,15 +6199,11 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (MoE), backward: DX_A (gradient of X27) -> DX_B (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6842,27 +6226,20 @@ static void layer26_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6873,15 +6250,11 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (MoE), backward: DX_B (gradient of X26) -> DX_A (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6904,27 +6277,20 @@ static void layer25_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6935,15 +6301,11 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (MoE), backward: DX_A (gradient of X25) -> DX_B (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6966,27 +6328,20 @@ static void layer24_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -6997,15 +6352,11 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (MoE), backward: DX_B (gradient of X24) -> DX_A (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7028,27 +6379,20 @@ static void layer23_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7059,15 +6403,11 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (MoE), backward: DX_A (gradient of X23) -> DX_B (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7090,27 +6430,20 @@ static void layer22_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7121,15 +6454,11 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (MoE), backward: DX_B (gradient of X22) -> DX_A (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7152,27 +6481,20 @@ static void layer21_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7183,15 +6505,11 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (MoE), backward: DX_A (gradient of X21) -> DX_B (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7214,27 +6532,20 @@ static void layer20_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7245,15 +6556,11 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (MoE), backward: DX_B (gradient of X20) -> DX_A (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7276,27 +6583,20 @@ static void layer19_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7307,15 +6607,11 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (MoE), backward: DX_A (gradient of X19) -> DX_B (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7338,27 +6634,20 @@ static void layer18_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7369,15 +6658,11 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (MoE), backward: DX_B (gradient of X18) -> DX_A (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7400,27 +6685,20 @@ static void layer17_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7431,15 +6709,11 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (MoE), backward: DX_A (gradient of X17) -> DX_B (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7462,27 +6736,20 @@ static void layer16_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7493,15 +6760,11 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (MoE), backward: DX_B (gradient of X16) -> DX_A (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7524,27 +6787,20 @@ static void layer15_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7555,15 +6811,11 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (MoE), backward: DX_A (gradient of X15) -> DX_B (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7586,27 +6838,20 @@ static void layer14_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7617,15 +6862,11 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (MoE), backward: DX_B (gradient of X14) -> DX_A (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7648,27 +6889,20 @@ static void layer13_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7679,15 +6913,11 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (MoE), backward: DX_A (gradient of X13) -> DX_B (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7710,27 +6940,20 @@ static void layer12_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7741,15 +6964,11 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (MoE), backward: DX_B (gradient of X12) -> DX_A (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7772,27 +6991,20 @@ static void layer11_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7803,15 +7015,11 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (MoE), backward: DX_A (gradient of X11) -> DX_B (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7834,27 +7042,20 @@ static void layer10_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7865,15 +7066,11 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (MoE), backward: DX_B (gradient of X10) -> DX_A (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7896,27 +7093,20 @@ static void layer9_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7927,15 +7117,11 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (MoE), backward: DX_A (gradient of X9) -> DX_B (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7958,27 +7144,20 @@ static void layer8_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -7989,15 +7168,11 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (MoE), backward: DX_B (gradient of X8) -> DX_A (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8020,27 +7195,20 @@ static void layer7_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8051,15 +7219,11 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (MoE), backward: DX_A (gradient of X7) -> DX_B (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8082,27 +7246,20 @@ static void layer6_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8113,15 +7270,11 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (MoE), backward: DX_B (gradient of X6) -> DX_A (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8144,27 +7297,20 @@ static void layer5_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8175,15 +7321,11 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (MoE), backward: DX_A (gradient of X5) -> DX_B (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8206,27 +7348,20 @@ static void layer4_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8237,15 +7372,11 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (MoE), backward: DX_B (gradient of X4) -> DX_A (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DSH), 100663296);
-  rt_matmul_backward(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
-  rt_zero(A(DSG), 100663296);
-  rt_zero(A(DSU), 100663296);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 100663296);
-  rt_matmul_backward(A(DLN), DW(188956928), NULL, A(DSG), A(WS_LN2), W(188956928), 49152, 7168, 2048); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(203636992), NULL, A(DSU), A(WS_LN2), W(203636992), 49152, 7168, 2048); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
+  rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8268,27 +7399,20 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8299,38 +7423,28 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (dense), backward: DX_A (gradient of X3) -> DX_B (gradient of X2); weight gradients
  * into DW. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DH), 905969664);
-  rt_matmul_backward(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
-  rt_zero(A(DU), 905969664);
-  rt_zero(A(DG), 905969664);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(WS_G), A(WS_U), 905969664);
-  rt_matmul_backward(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(319242240), NULL, A(DU), A(WS_LN2), W(319242240), 49152, 7168, 18432); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8341,38 +7455,28 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (dense), backward: DX_B (gradient of X2) -> DX_A (gradient of X1); weight gradients
  * into DW. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DH), 905969664);
-  rt_matmul_backward(A(DH), DW(451362816), NULL, A(DX_B), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
-  rt_zero(A(DU), 905969664);
-  rt_zero(A(DG), 905969664);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(451362816), NULL, A(DX_B), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(WS_G), A(WS_U), 905969664);
-  rt_matmul_backward(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(319242240), NULL, A(DU), A(WS_LN2), W(319242240), 49152, 7168, 18432); /* up_proj */
   rt_copy(A(DX_A), A(DX_B), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_A), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */
@@ -8383,38 +7487,28 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (dense), backward: DX_A (gradient of X1) -> DX_B (gradient of X0); weight gradients
  * into DW. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 352321536);
-  rt_zero(A(DH), 905969664);
-  rt_matmul_backward(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
-  rt_zero(A(DU), 905969664);
-  rt_zero(A(DG), 905969664);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(451362816), NULL, A(DX_A), A(WS_H), W(451362816), 49152, 18432, 7168); /* down_proj */
   rt_swiglu_backward(A(DG), A(DU), A(DH), A(WS_G), A(WS_U), 905969664);
-  rt_matmul_backward(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
+  rt_matmul_backward_set(A(DLN), DW(187121664), NULL, A(DG), A(WS_LN2), W(187121664), 49152, 7168, 18432); /* gate_proj */
   rt_matmul_backward(A(DLN), DW(319242240), NULL, A(DU), A(WS_LN2), W(319242240), 49152, 7168, 18432); /* up_proj */
   rt_copy(A(DX_B), A(DX_A), 352321536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(187114496), A(DLN), A(WS_RES), W(187114496), R(WS_RSTD2), 49152, 7168);
-  rt_zero(A(DATT), 805306368);
-  rt_matmul_backward(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
-  rt_zero(A(DQ), 1207959552);
-  rt_zero(A(DK), 1207959552);
-  rt_zero(A(DV), 805306368);
+  rt_matmul_backward_set(A(DATT), DW(69673984), NULL, A(DX_B), A(WS_ATT), W(69673984), 49152, 16384, 7168); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 12, 4096, 128, 128, 192, 128);
   rt_rope_strided_backward(A(DQ + 128), 12, 4096, 128, 192, 64, 10000, 1, 1, 1, 1, 1); /* q's rope part */
-  rt_zero(A(DLN), 352321536);
   rt_qk_norm_forward(A(RQAN), R(WS_RSTDQA), A(WS_QA), W(11017216), 49152, 1536, EPS); /* q_a_layernorm again */
-  rt_zero(A(DQAN), 75497472);
-  rt_matmul_backward(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
+  rt_matmul_backward_set(A(DQAN), DW(11018752), NULL, A(DQ), A(RQAN), W(11018752), 49152, 1536, 24576); /* q_b_proj */
   rt_zero(A(DQA), 75497472);
   rt_qk_norm_backward(A(DQA), DW(11017216), A(DQAN), A(WS_QA), W(11017216), R(WS_RSTDQA), 49152, 1536); /* q_a_layernorm */
-  rt_matmul_backward(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
+  rt_matmul_backward_set(A(DLN), DW(7168), NULL, A(DQA), A(WS_LN1), W(7168), 49152, 7168, 1536); /* q_a_proj */
   rt_zero(A(DKVB), 1610612736);
   rt_zero(A(DKRP), 3145728);
   rt_mla_kv_backward(A(DKVB), A(DKRP), A(DK), A(DV), 49152, 128, 128, 64, 128, 1);
   rt_rope_strided_backward(A(DKRP), 12, 4096, 1, 64, 64, 10000, 1, 1, 1, 1, 1);
   rt_qk_norm_forward(A(RKVN), R(WS_RSTDKV), A(WS_KVL), W(52896256), 49152, 512, EPS); /* kv_a_layernorm again */
-  rt_zero(A(DKVN), 25165824);
-  rt_matmul_backward(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
+  rt_matmul_backward_set(A(DKVN), DW(52896768), NULL, A(DKVB), A(RKVN), W(52896768), 49152, 512, 32768); /* kv_b_proj */
   rt_zero(A(DKVL), 25165824);
   rt_qk_norm_backward(A(DKVL), DW(52896256), A(DKVN), A(WS_KVL), W(52896256), R(WS_RSTDKV), 49152, 512); /* kv_a_layernorm */
   rt_matmul_backward(A(DLN), DW(48767488), NULL, A(DKVL), A(WS_LN1), W(48767488), 49152, 7168, 512); /* kv_a_proj_with_mqa: the latent */

@@ -733,9 +733,7 @@
 #define XSLOT1                  41653755264 /*  402653184 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
 #define XSLOT2                  42056408448 /*  402653184 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
 #define WS_LN1                            0 /*  402653184 [activations.forward_layer]: attention norm output */
-#define WS_Q                      402784256 /*  402653184 [activations.forward_layer]: queries (rotated) */
-#define WS_K                      805437440 /*  134217728 [activations.forward_layer]: keys (rotated) */
-#define WS_V                      939655168 /*  134217728 [activations.forward_layer]: values */
+#define WS_QKV                    402784256 /*  671088640 [activations.forward_layer]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define WS_ATT                   1073872896 /*  402653184 [activations.forward_layer]: attention output */
 #define WS_RES                   1482817536 /*  402653184 [activations.forward_layer]: residual stream after attention */
 #define WS_LN2                   1885470720 /*  402653184 [activations.forward_layer]: mlp norm output */
@@ -747,25 +745,20 @@
 #define WS_EG                    6368265216 /* 1174405120 [activations.forward_layer]: routed experts' gate */
 #define WS_EU                    7542670336 /* 1174405120 [activations.forward_layer]: routed experts' up */
 #define WS_EH                    8717075456 /* 1174405120 [activations.forward_layer]: routed experts' activation */
-#define WS_SG                    9891480576 /*  117440512 [activations.forward_layer]: shared experts' gate */
-#define WS_SU                   10008921088 /*  117440512 [activations.forward_layer]: shared experts' up */
+#define WS_SGU                   9891480576 /*  234881024 [activations.forward_layer]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define WS_SH                   10126361600 /*  117440512 [activations.forward_layer]: shared experts' activation */
 #define DX_A                    42459061632 /*  402653184 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
 #define DX_B                    42861714816 /*  402653184 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
 #define DLN                     43264368000 /*  402653184 [activations.grad_norm]: gradient of a norm's output */
 #define A2A                     18296865792 /* 4026531840 [moe.a2a_staging]: all-to-all staging of one round (source-rank order: its first MOE_CAP_ROWS x HIDDEN); between all-to-alls, the shared workspace (emit_layout.c shared_ws: one group of the buffers in it at a time) */
 #define EDG                             A2A /* 1174405120 [moe.a2a_staging]: routed experts' gate gradient: in A2A (an FFN's backward) */
-#define DSG                             EDG /*  117440512 [moe.a2a_staging]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (A2A + 1174405120) /* 1174405120 [moe.a2a_staging]: routed experts' up gradient: in A2A (an FFN's backward) */
-#define DSU                             EDU /*  117440512 [moe.a2a_staging]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
 #define EDH                    (A2A + 2348810240) /* 1174405120 [moe.a2a_staging]: routed experts' activation gradient: in A2A (an FFN's backward) */
 #define DSH                             EDH /*  117440512 [moe.a2a_staging]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DSGU                            A2A /*  234881024 [moe.a2a_staging]: shared experts' gate and up's gradient, each token's row g | u: in A2A (an FFN's backward) */
 #define DATT                            A2A /*  402653184 [moe.a2a_staging]: gradient of the attention output: in A2A (the attention's backward) */
-#define DQ                     (A2A + 402653184) /*  402653184 [moe.a2a_staging]: gradient of the queries: in A2A (the attention's backward) */
-#define DK                     (A2A + 805306368) /*  134217728 [moe.a2a_staging]: gradient of the keys: in A2A (the attention's backward) */
-#define DV                     (A2A + 939524096) /*  134217728 [moe.a2a_staging]: gradient of the values: in A2A (the attention's backward) */
+#define DQKV                   (A2A + 402653184) /*  671088640 [moe.a2a_staging]: gradient of the queries, keys and values, each token's row q | k | v: in A2A (the attention's backward) */
 #define WS_Y                            A2A /*  402653184 [moe.a2a_staging]: a block's output before the residual add: in A2A (a layer's forward) */
-#define WS_Y2                  (A2A + 402653184) /*  402653184 [moe.a2a_staging]: shared experts' output: in A2A (a layer's forward) */
 #define LNF                             A2A /*  402653184 [moe.a2a_staging]: final norm output: in A2A (the loss) */
 #define CE                     (A2A + 402653184) /* 1073741824 [moe.a2a_staging]: logits of one vocabulary chunk (fp32) and their gradient: in A2A (the loss) */
 #define DLOGITS                         A2A /*   50331648 [moe.a2a_staging]: gradient of the router logits (fp32): in A2A (a MoE layer's backward after its all-to-alls) */
@@ -2056,15 +2049,11 @@ const RtTensor step_tensors[N_TENSORS] = {
  * saved boundary X0 (full checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X0), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2079,13 +2068,10 @@ static void layer0_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X1), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2093,15 +2079,11 @@ static void layer0_forward(RtCtx *c, bool recompute) {
  * saved boundary X1 (full checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X1), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2116,13 +2098,10 @@ static void layer1_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X2), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2130,15 +2109,11 @@ static void layer1_forward(RtCtx *c, bool recompute) {
  * saved boundary X2 (full checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X2), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2153,13 +2128,10 @@ static void layer2_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X3), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2167,15 +2139,11 @@ static void layer2_forward(RtCtx *c, bool recompute) {
  * saved boundary X3 (full checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X3), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2190,13 +2158,10 @@ static void layer3_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X4), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2204,15 +2169,11 @@ static void layer3_forward(RtCtx *c, bool recompute) {
  * saved boundary X4 (full checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X4), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2227,13 +2188,10 @@ static void layer4_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X5), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2241,15 +2199,11 @@ static void layer4_forward(RtCtx *c, bool recompute) {
  * saved boundary X5 (full checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X5), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2264,13 +2218,10 @@ static void layer5_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X6), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2278,15 +2229,11 @@ static void layer5_forward(RtCtx *c, bool recompute) {
  * saved boundary X6 (full checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X6), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2301,13 +2248,10 @@ static void layer6_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X7), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2315,15 +2259,11 @@ static void layer6_forward(RtCtx *c, bool recompute) {
  * saved boundary X7 (full checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X7), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2338,13 +2278,10 @@ static void layer7_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X8), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2352,15 +2289,11 @@ static void layer7_forward(RtCtx *c, bool recompute) {
  * saved boundary X8 (full checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X8), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2375,13 +2308,10 @@ static void layer8_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X9), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2389,15 +2319,11 @@ static void layer8_forward(RtCtx *c, bool recompute) {
  * saved boundary X9 (full checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X9), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2412,13 +2338,10 @@ static void layer9_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X10), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2426,15 +2349,11 @@ static void layer9_forward(RtCtx *c, bool recompute) {
  * saved boundary X10 (full checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X10), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2449,13 +2368,10 @@ static void layer10_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X11), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2463,15 +2379,11 @@ static void layer10_forward(RtCtx *c, bool recompute) {
  * saved boundary X11 (full checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X11), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2486,13 +2398,10 @@ static void layer11_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X12), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2500,15 +2409,11 @@ static void layer11_forward(RtCtx *c, bool recompute) {
  * saved boundary X12 (full checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X12), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2523,13 +2428,10 @@ static void layer12_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X13), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2537,15 +2439,11 @@ static void layer12_forward(RtCtx *c, bool recompute) {
  * saved boundary X13 (full checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X13), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2560,13 +2458,10 @@ static void layer13_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X14), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2574,15 +2469,11 @@ static void layer13_forward(RtCtx *c, bool recompute) {
  * saved boundary X14 (full checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X14), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2597,13 +2488,10 @@ static void layer14_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X15), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2611,15 +2499,11 @@ static void layer14_forward(RtCtx *c, bool recompute) {
  * saved boundary X15 (full checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X15), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2634,13 +2518,10 @@ static void layer15_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X16), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2648,15 +2529,11 @@ static void layer15_forward(RtCtx *c, bool recompute) {
  * saved boundary X16 (full checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X16), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2671,13 +2548,10 @@ static void layer16_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X17), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2685,15 +2559,11 @@ static void layer16_forward(RtCtx *c, bool recompute) {
  * saved boundary X17 (full checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X17), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2708,13 +2578,10 @@ static void layer17_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X18), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2722,15 +2589,11 @@ static void layer17_forward(RtCtx *c, bool recompute) {
  * saved boundary X18 (full checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X18), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2745,13 +2608,10 @@ static void layer18_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X19), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2759,15 +2619,11 @@ static void layer18_forward(RtCtx *c, bool recompute) {
  * saved boundary X19 (full checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X19), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2782,13 +2638,10 @@ static void layer19_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X20), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2796,15 +2649,11 @@ static void layer19_forward(RtCtx *c, bool recompute) {
  * saved boundary X20 (full checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X20), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2819,13 +2668,10 @@ static void layer20_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X21), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2833,15 +2679,11 @@ static void layer20_forward(RtCtx *c, bool recompute) {
  * saved boundary X21 (full checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X21), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2856,13 +2698,10 @@ static void layer21_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X22), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2870,15 +2709,11 @@ static void layer21_forward(RtCtx *c, bool recompute) {
  * saved boundary X22 (full checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X22), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2893,13 +2728,10 @@ static void layer22_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X23), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2907,15 +2739,11 @@ static void layer22_forward(RtCtx *c, bool recompute) {
  * saved boundary X23 (full checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X23), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2930,13 +2758,10 @@ static void layer23_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X24), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2944,15 +2769,11 @@ static void layer23_forward(RtCtx *c, bool recompute) {
  * saved boundary X24 (full checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X24), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -2967,13 +2788,10 @@ static void layer24_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X25), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -2981,15 +2799,11 @@ static void layer24_forward(RtCtx *c, bool recompute) {
  * saved boundary X25 (full checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X25), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3004,13 +2818,10 @@ static void layer25_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X26), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3018,15 +2829,11 @@ static void layer25_forward(RtCtx *c, bool recompute) {
  * saved boundary X26 (full checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X26), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3041,13 +2848,10 @@ static void layer26_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X27), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3055,15 +2859,11 @@ static void layer26_forward(RtCtx *c, bool recompute) {
  * saved boundary X27 (full checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X27), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3078,13 +2878,10 @@ static void layer27_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X28), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3092,15 +2889,11 @@ static void layer27_forward(RtCtx *c, bool recompute) {
  * saved boundary X28 (full checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X28), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3115,13 +2908,10 @@ static void layer28_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X29), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3129,15 +2919,11 @@ static void layer28_forward(RtCtx *c, bool recompute) {
  * saved boundary X29 (full checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X29), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3152,13 +2938,10 @@ static void layer29_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X30), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3166,15 +2949,11 @@ static void layer29_forward(RtCtx *c, bool recompute) {
  * saved boundary X30 (full checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X30), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3189,13 +2968,10 @@ static void layer30_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X31), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3203,15 +2979,11 @@ static void layer30_forward(RtCtx *c, bool recompute) {
  * saved boundary X31 (full checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X31), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3226,13 +2998,10 @@ static void layer31_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X32), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3240,15 +3009,11 @@ static void layer31_forward(RtCtx *c, bool recompute) {
  * saved boundary X32 (full checkpointing). */
 static void layer32_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X32), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X32), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3263,13 +3028,10 @@ static void layer32_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X33), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3277,15 +3039,11 @@ static void layer32_forward(RtCtx *c, bool recompute) {
  * saved boundary X33 (full checkpointing). */
 static void layer33_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X33), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X33), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3300,13 +3058,10 @@ static void layer33_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X34), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3314,15 +3069,11 @@ static void layer33_forward(RtCtx *c, bool recompute) {
  * saved boundary X34 (full checkpointing). */
 static void layer34_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X34), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X34), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3337,13 +3088,10 @@ static void layer34_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X35), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3351,15 +3099,11 @@ static void layer34_forward(RtCtx *c, bool recompute) {
  * saved boundary X35 (full checkpointing). */
 static void layer35_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X35), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X35), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3374,13 +3118,10 @@ static void layer35_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X36), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3388,15 +3129,11 @@ static void layer35_forward(RtCtx *c, bool recompute) {
  * saved boundary X36 (full checkpointing). */
 static void layer36_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X36), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X36), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3411,13 +3148,10 @@ static void layer36_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X37), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3425,15 +3159,11 @@ static void layer36_forward(RtCtx *c, bool recompute) {
  * saved boundary X37 (full checkpointing). */
 static void layer37_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X37), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X37), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3448,13 +3178,10 @@ static void layer37_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X38), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3462,15 +3189,11 @@ static void layer37_forward(RtCtx *c, bool recompute) {
  * saved boundary X38 (full checkpointing). */
 static void layer38_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X38), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X38), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3485,13 +3208,10 @@ static void layer38_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X39), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3499,15 +3219,11 @@ static void layer38_forward(RtCtx *c, bool recompute) {
  * saved boundary X39 (full checkpointing). */
 static void layer39_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X39), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X39), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3522,13 +3238,10 @@ static void layer39_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X40), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3536,15 +3249,11 @@ static void layer39_forward(RtCtx *c, bool recompute) {
  * saved boundary X40 (full checkpointing). */
 static void layer40_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X40), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X40), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3559,13 +3268,10 @@ static void layer40_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X41), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3573,15 +3279,11 @@ static void layer40_forward(RtCtx *c, bool recompute) {
  * saved boundary X41 (full checkpointing). */
 static void layer41_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X41), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X41), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3596,13 +3298,10 @@ static void layer41_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X42), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3610,15 +3309,11 @@ static void layer41_forward(RtCtx *c, bool recompute) {
  * saved boundary X42 (full checkpointing). */
 static void layer42_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X42), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X42), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3633,13 +3328,10 @@ static void layer42_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X43), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3647,15 +3339,11 @@ static void layer42_forward(RtCtx *c, bool recompute) {
  * saved boundary X43 (full checkpointing). */
 static void layer43_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X43), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X43), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3670,13 +3358,10 @@ static void layer43_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X44), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3684,15 +3369,11 @@ static void layer43_forward(RtCtx *c, bool recompute) {
  * saved boundary X44 (full checkpointing). */
 static void layer44_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X44), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X44), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3707,13 +3388,10 @@ static void layer44_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X45), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3721,15 +3399,11 @@ static void layer44_forward(RtCtx *c, bool recompute) {
  * saved boundary X45 (full checkpointing). */
 static void layer45_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X45), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X45), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3744,13 +3418,10 @@ static void layer45_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X46), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3758,15 +3429,11 @@ static void layer45_forward(RtCtx *c, bool recompute) {
  * saved boundary X46 (full checkpointing). */
 static void layer46_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X46), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X46), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3781,13 +3448,10 @@ static void layer46_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X47), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3795,15 +3459,11 @@ static void layer46_forward(RtCtx *c, bool recompute) {
  * saved boundary X47 (full checkpointing). */
 static void layer47_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X47), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X47), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3818,13 +3478,10 @@ static void layer47_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X48), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3832,15 +3489,11 @@ static void layer47_forward(RtCtx *c, bool recompute) {
  * saved boundary X48 (full checkpointing). */
 static void layer48_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X48), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X48), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X48), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3855,13 +3508,10 @@ static void layer48_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X49), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3869,15 +3519,11 @@ static void layer48_forward(RtCtx *c, bool recompute) {
  * saved boundary X49 (full checkpointing). */
 static void layer49_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X49), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X49), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X49), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3892,13 +3538,10 @@ static void layer49_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X50), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3906,15 +3549,11 @@ static void layer49_forward(RtCtx *c, bool recompute) {
  * saved boundary X50 (full checkpointing). */
 static void layer50_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X50), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X50), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X50), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3929,13 +3568,10 @@ static void layer50_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X51), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3943,15 +3579,11 @@ static void layer50_forward(RtCtx *c, bool recompute) {
  * saved boundary X51 (full checkpointing). */
 static void layer51_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X51), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X51), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X51), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -3966,13 +3598,10 @@ static void layer51_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X52), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -3980,15 +3609,11 @@ static void layer51_forward(RtCtx *c, bool recompute) {
  * saved boundary X52 (full checkpointing). */
 static void layer52_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X52), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X52), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X52), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4003,13 +3628,10 @@ static void layer52_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X53), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4017,15 +3639,11 @@ static void layer52_forward(RtCtx *c, bool recompute) {
  * saved boundary X53 (full checkpointing). */
 static void layer53_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X53), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X53), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X53), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4040,13 +3658,10 @@ static void layer53_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X54), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4054,15 +3669,11 @@ static void layer53_forward(RtCtx *c, bool recompute) {
  * saved boundary X54 (full checkpointing). */
 static void layer54_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X54), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X54), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X54), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4077,13 +3688,10 @@ static void layer54_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X55), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4091,15 +3699,11 @@ static void layer54_forward(RtCtx *c, bool recompute) {
  * saved boundary X55 (full checkpointing). */
 static void layer55_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X55), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X55), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X55), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4114,13 +3718,10 @@ static void layer55_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X56), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4128,15 +3729,11 @@ static void layer55_forward(RtCtx *c, bool recompute) {
  * saved boundary X56 (full checkpointing). */
 static void layer56_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X56), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X56), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X56), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4151,13 +3748,10 @@ static void layer56_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X57), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4165,15 +3759,11 @@ static void layer56_forward(RtCtx *c, bool recompute) {
  * saved boundary X57 (full checkpointing). */
 static void layer57_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X57), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X57), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X57), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4188,13 +3778,10 @@ static void layer57_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X58), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4202,15 +3789,11 @@ static void layer57_forward(RtCtx *c, bool recompute) {
  * saved boundary X58 (full checkpointing). */
 static void layer58_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X58), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X58), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X58), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4225,13 +3808,10 @@ static void layer58_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X59), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4239,15 +3819,11 @@ static void layer58_forward(RtCtx *c, bool recompute) {
  * saved boundary X59 (full checkpointing). */
 static void layer59_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X59), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X59), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X59), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4262,13 +3838,10 @@ static void layer59_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X60), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4276,15 +3849,11 @@ static void layer59_forward(RtCtx *c, bool recompute) {
  * saved boundary X60 (full checkpointing). */
 static void layer60_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X60), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X60), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X60), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4299,13 +3868,10 @@ static void layer60_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X61), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4313,15 +3879,11 @@ static void layer60_forward(RtCtx *c, bool recompute) {
  * saved boundary X61 (full checkpointing). */
 static void layer61_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X61), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X61), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X61), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4336,13 +3898,10 @@ static void layer61_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X62), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4350,15 +3909,11 @@ static void layer61_forward(RtCtx *c, bool recompute) {
  * saved boundary X62 (full checkpointing). */
 static void layer62_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X62), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X62), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X62), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4373,13 +3928,10 @@ static void layer62_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X63), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4387,15 +3939,11 @@ static void layer62_forward(RtCtx *c, bool recompute) {
  * saved boundary X63 (full checkpointing). */
 static void layer63_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X63), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X63), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X63), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4410,13 +3958,10 @@ static void layer63_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X64), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4424,15 +3969,11 @@ static void layer63_forward(RtCtx *c, bool recompute) {
  * saved boundary X64 (full checkpointing). */
 static void layer64_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X64), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X64), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X64), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4447,13 +3988,10 @@ static void layer64_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X65), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4461,15 +3999,11 @@ static void layer64_forward(RtCtx *c, bool recompute) {
  * saved boundary X65 (full checkpointing). */
 static void layer65_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X65), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X65), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X65), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4484,13 +4018,10 @@ static void layer65_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X66), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4498,15 +4029,11 @@ static void layer65_forward(RtCtx *c, bool recompute) {
  * saved boundary X66 (full checkpointing). */
 static void layer66_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X66), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X66), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X66), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4521,13 +4048,10 @@ static void layer66_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X67), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4535,15 +4059,11 @@ static void layer66_forward(RtCtx *c, bool recompute) {
  * saved boundary X67 (full checkpointing). */
 static void layer67_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X67), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X67), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X67), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4558,13 +4078,10 @@ static void layer67_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X68), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4572,15 +4089,11 @@ static void layer67_forward(RtCtx *c, bool recompute) {
  * saved boundary X68 (full checkpointing). */
 static void layer68_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X68), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X68), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X68), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4595,13 +4108,10 @@ static void layer68_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X69), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4609,15 +4119,11 @@ static void layer68_forward(RtCtx *c, bool recompute) {
  * saved boundary X69 (full checkpointing). */
 static void layer69_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X69), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X69), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X69), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4632,13 +4138,10 @@ static void layer69_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X70), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4646,15 +4149,11 @@ static void layer69_forward(RtCtx *c, bool recompute) {
  * saved boundary X70 (full checkpointing). */
 static void layer70_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X70), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X70), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X70), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4669,13 +4168,10 @@ static void layer70_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X71), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4683,15 +4179,11 @@ static void layer70_forward(RtCtx *c, bool recompute) {
  * saved boundary X71 (full checkpointing). */
 static void layer71_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X71), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X71), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X71), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4706,13 +4198,10 @@ static void layer71_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X72), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4720,15 +4209,11 @@ static void layer71_forward(RtCtx *c, bool recompute) {
  * saved boundary X72 (full checkpointing). */
 static void layer72_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X72), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X72), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X72), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4743,13 +4228,10 @@ static void layer72_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X73), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
@@ -4757,15 +4239,11 @@ static void layer72_forward(RtCtx *c, bool recompute) {
  * saved boundary X73 (full checkpointing). */
 static void layer73_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X73), W(0), 65536, 6144, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(6144), NULL, 65536, 6144, 6144); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(37754880), NULL, 65536, 6144, 2048); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(50337792), NULL, 65536, 6144, 2048); /* v_proj */
-  rt_rope_forward(A(WS_Q), 1, 65536, 48, 128, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 1, 65536, 16, 128, 10000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 1, 65536, 48, 16, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(6144), NULL, 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 1, 65536, 48, 16, 128, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 1, 65536, 48, 16, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(62920704), NULL, 65536, 6144, 6144); /* o_proj */
-  rt_add(A(WS_RES), A(X73), A(WS_Y), 402653184); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(100669440), 65536, 6144, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X73), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
@@ -4780,28 +4258,21 @@ static void layer73_forward(RtCtx *c, bool recompute) {
     rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(WS_YP), A(A2A), A(WS_YE), 6144); /* back to the tokens' ranks */
   }
-  rt_zero(A(WS_Y), 402653184);
-  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
-  rt_matmul_forward(A(WS_SG), A(WS_LN2), W(103034880), NULL, 65536, 6144, 1792); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(WS_SU), A(WS_LN2), W(114044928), NULL, 65536, 6144, 1792); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(WS_SH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_forward(A(WS_Y2), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 402653184);
+  rt_matmul_forward(A(WS_SGU), A(WS_LN2), W(103034880), NULL, 65536, 6144, 3584); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(WS_SH), A(WS_SGU), 65536, 1792);
+  rt_matmul_forward(A(WS_Y), A(WS_SH), W(125054976), NULL, 65536, 1792, 6144); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144); /* + the routed experts' */
   if (!recompute) rt_add(A(X74), A(WS_RES), A(WS_Y), 402653184); /* residual */
 }
 
 /* layer 73 (MoE), backward: DX_A (gradient of X74) -> DX_B (gradient of X73); weight gradients
  * into DW and DWE. */
 static void layer73_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4824,33 +4295,21 @@ static void layer73_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X73), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 72 (MoE), backward: DX_B (gradient of X73) -> DX_A (gradient of X72); weight gradients
  * into DW and DWE. */
 static void layer72_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4873,33 +4332,21 @@ static void layer72_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X72), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 71 (MoE), backward: DX_A (gradient of X72) -> DX_B (gradient of X71); weight gradients
  * into DW and DWE. */
 static void layer71_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4922,33 +4369,21 @@ static void layer71_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X71), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 70 (MoE), backward: DX_B (gradient of X71) -> DX_A (gradient of X70); weight gradients
  * into DW and DWE. */
 static void layer70_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -4971,33 +4406,21 @@ static void layer70_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X70), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 69 (MoE), backward: DX_A (gradient of X70) -> DX_B (gradient of X69); weight gradients
  * into DW and DWE. */
 static void layer69_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5020,33 +4443,21 @@ static void layer69_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X69), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 68 (MoE), backward: DX_B (gradient of X69) -> DX_A (gradient of X68); weight gradients
  * into DW and DWE. */
 static void layer68_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5069,33 +4480,21 @@ static void layer68_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X68), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 67 (MoE), backward: DX_A (gradient of X68) -> DX_B (gradient of X67); weight gradients
  * into DW and DWE. */
 static void layer67_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5118,33 +4517,21 @@ static void layer67_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X67), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 66 (MoE), backward: DX_B (gradient of X67) -> DX_A (gradient of X66); weight gradients
  * into DW and DWE. */
 static void layer66_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5167,33 +4554,21 @@ static void layer66_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X66), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 65 (MoE), backward: DX_A (gradient of X66) -> DX_B (gradient of X65); weight gradients
  * into DW and DWE. */
 static void layer65_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5216,33 +4591,21 @@ static void layer65_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X65), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 64 (MoE), backward: DX_B (gradient of X65) -> DX_A (gradient of X64); weight gradients
  * into DW and DWE. */
 static void layer64_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5265,33 +4628,21 @@ static void layer64_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X64), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 63 (MoE), backward: DX_A (gradient of X64) -> DX_B (gradient of X63); weight gradients
  * into DW and DWE. */
 static void layer63_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5314,33 +4665,21 @@ static void layer63_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X63), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 62 (MoE), backward: DX_B (gradient of X63) -> DX_A (gradient of X62); weight gradients
  * into DW and DWE. */
 static void layer62_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5363,33 +4702,21 @@ static void layer62_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X62), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 61 (MoE), backward: DX_A (gradient of X62) -> DX_B (gradient of X61); weight gradients
  * into DW and DWE. */
 static void layer61_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5412,33 +4739,21 @@ static void layer61_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X61), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 60 (MoE), backward: DX_B (gradient of X61) -> DX_A (gradient of X60); weight gradients
  * into DW and DWE. */
 static void layer60_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5461,33 +4776,21 @@ static void layer60_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X60), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 59 (MoE), backward: DX_A (gradient of X60) -> DX_B (gradient of X59); weight gradients
  * into DW and DWE. */
 static void layer59_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5510,33 +4813,21 @@ static void layer59_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X59), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 58 (MoE), backward: DX_B (gradient of X59) -> DX_A (gradient of X58); weight gradients
  * into DW and DWE. */
 static void layer58_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5559,33 +4850,21 @@ static void layer58_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X58), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 57 (MoE), backward: DX_A (gradient of X58) -> DX_B (gradient of X57); weight gradients
  * into DW and DWE. */
 static void layer57_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5608,33 +4887,21 @@ static void layer57_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X57), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 56 (MoE), backward: DX_B (gradient of X57) -> DX_A (gradient of X56); weight gradients
  * into DW and DWE. */
 static void layer56_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5657,33 +4924,21 @@ static void layer56_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X56), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 55 (MoE), backward: DX_A (gradient of X56) -> DX_B (gradient of X55); weight gradients
  * into DW and DWE. */
 static void layer55_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5706,33 +4961,21 @@ static void layer55_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X55), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 54 (MoE), backward: DX_B (gradient of X55) -> DX_A (gradient of X54); weight gradients
  * into DW and DWE. */
 static void layer54_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5755,33 +4998,21 @@ static void layer54_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X54), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 53 (MoE), backward: DX_A (gradient of X54) -> DX_B (gradient of X53); weight gradients
  * into DW and DWE. */
 static void layer53_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5804,33 +5035,21 @@ static void layer53_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X53), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 52 (MoE), backward: DX_B (gradient of X53) -> DX_A (gradient of X52); weight gradients
  * into DW and DWE. */
 static void layer52_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5853,33 +5072,21 @@ static void layer52_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X52), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 51 (MoE), backward: DX_A (gradient of X52) -> DX_B (gradient of X51); weight gradients
  * into DW and DWE. */
 static void layer51_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5902,33 +5109,21 @@ static void layer51_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X51), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 50 (MoE), backward: DX_B (gradient of X51) -> DX_A (gradient of X50); weight gradients
  * into DW and DWE. */
 static void layer50_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -5951,33 +5146,21 @@ static void layer50_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X50), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 49 (MoE), backward: DX_A (gradient of X50) -> DX_B (gradient of X49); weight gradients
  * into DW and DWE. */
 static void layer49_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6000,33 +5183,21 @@ static void layer49_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X49), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 48 (MoE), backward: DX_B (gradient of X49) -> DX_A (gradient of X48); weight gradients
  * into DW and DWE. */
 static void layer48_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6049,33 +5220,21 @@ static void layer48_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X48), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 47 (MoE), backward: DX_A (gradient of X48) -> DX_B (gradient of X47); weight gradients
  * into DW and DWE. */
 static void layer47_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6098,33 +5257,21 @@ static void layer47_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X47), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 46 (MoE), backward: DX_B (gradient of X47) -> DX_A (gradient of X46); weight gradients
  * into DW and DWE. */
 static void layer46_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6147,33 +5294,21 @@ static void layer46_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X46), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 45 (MoE), backward: DX_A (gradient of X46) -> DX_B (gradient of X45); weight gradients
  * into DW and DWE. */
 static void layer45_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6196,33 +5331,21 @@ static void layer45_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X45), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 44 (MoE), backward: DX_B (gradient of X45) -> DX_A (gradient of X44); weight gradients
  * into DW and DWE. */
 static void layer44_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6245,33 +5368,21 @@ static void layer44_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X44), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 43 (MoE), backward: DX_A (gradient of X44) -> DX_B (gradient of X43); weight gradients
  * into DW and DWE. */
 static void layer43_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6294,33 +5405,21 @@ static void layer43_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X43), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 42 (MoE), backward: DX_B (gradient of X43) -> DX_A (gradient of X42); weight gradients
  * into DW and DWE. */
 static void layer42_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6343,33 +5442,21 @@ static void layer42_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X42), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 41 (MoE), backward: DX_A (gradient of X42) -> DX_B (gradient of X41); weight gradients
  * into DW and DWE. */
 static void layer41_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6392,33 +5479,21 @@ static void layer41_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X41), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 40 (MoE), backward: DX_B (gradient of X41) -> DX_A (gradient of X40); weight gradients
  * into DW and DWE. */
 static void layer40_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6441,33 +5516,21 @@ static void layer40_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X40), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 39 (MoE), backward: DX_A (gradient of X40) -> DX_B (gradient of X39); weight gradients
  * into DW and DWE. */
 static void layer39_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6490,33 +5553,21 @@ static void layer39_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X39), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 38 (MoE), backward: DX_B (gradient of X39) -> DX_A (gradient of X38); weight gradients
  * into DW and DWE. */
 static void layer38_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6539,33 +5590,21 @@ static void layer38_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X38), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 37 (MoE), backward: DX_A (gradient of X38) -> DX_B (gradient of X37); weight gradients
  * into DW and DWE. */
 static void layer37_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6588,33 +5627,21 @@ static void layer37_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X37), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 36 (MoE), backward: DX_B (gradient of X37) -> DX_A (gradient of X36); weight gradients
  * into DW and DWE. */
 static void layer36_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6637,33 +5664,21 @@ static void layer36_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X36), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 35 (MoE), backward: DX_A (gradient of X36) -> DX_B (gradient of X35); weight gradients
  * into DW and DWE. */
 static void layer35_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6686,33 +5701,21 @@ static void layer35_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X35), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 34 (MoE), backward: DX_B (gradient of X35) -> DX_A (gradient of X34); weight gradients
  * into DW and DWE. */
 static void layer34_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6735,33 +5738,21 @@ static void layer34_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X34), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 33 (MoE), backward: DX_A (gradient of X34) -> DX_B (gradient of X33); weight gradients
  * into DW and DWE. */
 static void layer33_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6784,33 +5775,21 @@ static void layer33_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X33), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 32 (MoE), backward: DX_B (gradient of X33) -> DX_A (gradient of X32); weight gradients
  * into DW and DWE. */
 static void layer32_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6833,33 +5812,21 @@ static void layer32_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6882,33 +5849,21 @@ static void layer31_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6931,33 +5886,21 @@ static void layer30_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -6980,33 +5923,21 @@ static void layer29_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7029,33 +5960,21 @@ static void layer28_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7078,33 +5997,21 @@ static void layer27_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7127,33 +6034,21 @@ static void layer26_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7176,33 +6071,21 @@ static void layer25_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7225,33 +6108,21 @@ static void layer24_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7274,33 +6145,21 @@ static void layer23_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7323,33 +6182,21 @@ static void layer22_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7372,33 +6219,21 @@ static void layer21_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7421,33 +6256,21 @@ static void layer20_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7470,33 +6293,21 @@ static void layer19_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7519,33 +6330,21 @@ static void layer18_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7568,33 +6367,21 @@ static void layer17_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7617,33 +6404,21 @@ static void layer16_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7666,33 +6441,21 @@ static void layer15_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7715,33 +6478,21 @@ static void layer14_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7764,33 +6515,21 @@ static void layer13_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7813,33 +6552,21 @@ static void layer12_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7862,33 +6589,21 @@ static void layer11_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7911,33 +6626,21 @@ static void layer10_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -7960,33 +6663,21 @@ static void layer9_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8009,33 +6700,21 @@ static void layer8_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8058,33 +6737,21 @@ static void layer7_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8107,33 +6774,21 @@ static void layer6_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8156,33 +6811,21 @@ static void layer5_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8205,33 +6848,21 @@ static void layer4_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8254,33 +6885,21 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8303,33 +6922,21 @@ static void layer2_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8352,33 +6959,21 @@ static void layer1_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_B), A(DX_A), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_B), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 65536, 6144);
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 402653184);
-  rt_zero(A(DSH), 117440512);
-  rt_matmul_backward(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
-  rt_zero(A(DSG), 117440512);
-  rt_zero(A(DSU), 117440512);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(WS_SG), A(WS_SU), 117440512);
-  rt_matmul_backward(A(DLN), DW(103034880), NULL, A(DSG), A(WS_LN2), W(103034880), 65536, 6144, 1792); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(114044928), NULL, A(DSU), A(WS_LN2), W(114044928), 65536, 6144, 1792); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
+  rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
@@ -8401,18 +6996,10 @@ static void layer0_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
   rt_copy(A(DX_A), A(DX_B), 402653184); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(100669440), A(DLN), A(WS_RES), W(100669440), R(WS_RSTD2), 65536, 6144);
-  rt_zero(A(DATT), 402653184);
-  rt_matmul_backward(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
-  rt_zero(A(DQ), 402653184);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128, 128);
-  rt_rope_backward(A(DQ), 1, 65536, 48, 128, 10000);
-  rt_rope_backward(A(DK), 1, 65536, 16, 128, 10000);
-  rt_zero(A(DLN), 402653184);
-  rt_matmul_backward(A(DLN), DW(6144), NULL, A(DQ), A(WS_LN1), W(6144), 65536, 6144, 6144); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(37754880), NULL, A(DK), A(WS_LN1), W(37754880), 65536, 6144, 2048); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(50337792), NULL, A(DV), A(WS_LN1), W(50337792), 65536, 6144, 2048); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(62920704), NULL, A(DX_A), A(WS_ATT), W(62920704), 65536, 6144, 6144); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 1, 65536, 48, 16, 128);
+  rt_rope_qkv_backward(A(DQKV), 1, 65536, 48, 16, 128, 10000);
+  rt_matmul_backward_set(A(DLN), DW(6144), NULL, A(DQKV), A(WS_LN1), W(6144), 65536, 6144, 10240); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 65536, 6144);
 }
 

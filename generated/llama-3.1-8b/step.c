@@ -316,8 +316,7 @@
 #define L0_ATT                    117456896 /*   33554432 [activations.saved[0]]: attention output */
 #define L0_RES                    151535616 /*   33554432 [activations.saved[0]]: residual stream after attention */
 #define L0_LN2                    185090048 /*   33554432 [activations.saved[0]]: mlp norm output */
-#define L0_G                      218660864 /*  117440512 [activations.saved[0]]: mlp gate */
-#define L0_U                      336101376 /*  117440512 [activations.saved[0]]: mlp up */
+#define L0_GU                     218660864 /*  234881024 [activations.saved[0]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L0_H                      453541888 /*  117440512 [activations.saved[0]]: mlp activation */
 #define L1_LN1                    604536832 /*   33554432 [activations.saved[1]]: attention norm output */
 #define L1_Q                      638107648 /*   33554432 [activations.saved[1]]: queries (rotated) */
@@ -326,8 +325,7 @@
 #define L1_ATT                    688439296 /*   33554432 [activations.saved[1]]: attention output */
 #define L1_RES                    722518016 /*   33554432 [activations.saved[1]]: residual stream after attention */
 #define L1_LN2                    756072448 /*   33554432 [activations.saved[1]]: mlp norm output */
-#define L1_G                      789643264 /*  117440512 [activations.saved[1]]: mlp gate */
-#define L1_U                      907083776 /*  117440512 [activations.saved[1]]: mlp up */
+#define L1_GU                     789643264 /*  234881024 [activations.saved[1]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L1_H                     1024524288 /*  117440512 [activations.saved[1]]: mlp activation */
 #define L2_LN1                   1175519232 /*   33554432 [activations.saved[2]]: attention norm output */
 #define L2_Q                     1209090048 /*   33554432 [activations.saved[2]]: queries (rotated) */
@@ -336,8 +334,7 @@
 #define L2_ATT                   1259421696 /*   33554432 [activations.saved[2]]: attention output */
 #define L2_RES                   1293500416 /*   33554432 [activations.saved[2]]: residual stream after attention */
 #define L2_LN2                   1327054848 /*   33554432 [activations.saved[2]]: mlp norm output */
-#define L2_G                     1360625664 /*  117440512 [activations.saved[2]]: mlp gate */
-#define L2_U                     1478066176 /*  117440512 [activations.saved[2]]: mlp up */
+#define L2_GU                    1360625664 /*  234881024 [activations.saved[2]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L2_H                     1595506688 /*  117440512 [activations.saved[2]]: mlp activation */
 #define L3_LN1                   1746501632 /*   33554432 [activations.saved[3]]: attention norm output */
 #define L3_Q                     1780072448 /*   33554432 [activations.saved[3]]: queries (rotated) */
@@ -346,8 +343,7 @@
 #define L3_ATT                   1830404096 /*   33554432 [activations.saved[3]]: attention output */
 #define L3_RES                   1864482816 /*   33554432 [activations.saved[3]]: residual stream after attention */
 #define L3_LN2                   1898037248 /*   33554432 [activations.saved[3]]: mlp norm output */
-#define L3_G                     1931608064 /*  117440512 [activations.saved[3]]: mlp gate */
-#define L3_U                     2049048576 /*  117440512 [activations.saved[3]]: mlp up */
+#define L3_GU                    1931608064 /*  234881024 [activations.saved[3]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L3_H                     2166489088 /*  117440512 [activations.saved[3]]: mlp activation */
 #define L4_LN1                   2317484032 /*   33554432 [activations.saved[4]]: attention norm output */
 #define L4_Q                     2351054848 /*   33554432 [activations.saved[4]]: queries (rotated) */
@@ -356,8 +352,7 @@
 #define L4_ATT                   2401386496 /*   33554432 [activations.saved[4]]: attention output */
 #define L4_RES                   2435465216 /*   33554432 [activations.saved[4]]: residual stream after attention */
 #define L4_LN2                   2469019648 /*   33554432 [activations.saved[4]]: mlp norm output */
-#define L4_G                     2502590464 /*  117440512 [activations.saved[4]]: mlp gate */
-#define L4_U                     2620030976 /*  117440512 [activations.saved[4]]: mlp up */
+#define L4_GU                    2502590464 /*  234881024 [activations.saved[4]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L4_H                     2737471488 /*  117440512 [activations.saved[4]]: mlp activation */
 #define L5_LN1                   2888466432 /*   33554432 [activations.saved[5]]: attention norm output */
 #define L5_Q                     2922037248 /*   33554432 [activations.saved[5]]: queries (rotated) */
@@ -366,8 +361,7 @@
 #define L5_ATT                   2972368896 /*   33554432 [activations.saved[5]]: attention output */
 #define L5_RES                   3006447616 /*   33554432 [activations.saved[5]]: residual stream after attention */
 #define L5_LN2                   3040002048 /*   33554432 [activations.saved[5]]: mlp norm output */
-#define L5_G                     3073572864 /*  117440512 [activations.saved[5]]: mlp gate */
-#define L5_U                     3191013376 /*  117440512 [activations.saved[5]]: mlp up */
+#define L5_GU                    3073572864 /*  234881024 [activations.saved[5]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L5_H                     3308453888 /*  117440512 [activations.saved[5]]: mlp activation */
 #define L6_LN1                   3459448832 /*   33554432 [activations.saved[6]]: attention norm output */
 #define L6_Q                     3493019648 /*   33554432 [activations.saved[6]]: queries (rotated) */
@@ -376,8 +370,7 @@
 #define L6_ATT                   3543351296 /*   33554432 [activations.saved[6]]: attention output */
 #define L6_RES                   3577430016 /*   33554432 [activations.saved[6]]: residual stream after attention */
 #define L6_LN2                   3610984448 /*   33554432 [activations.saved[6]]: mlp norm output */
-#define L6_G                     3644555264 /*  117440512 [activations.saved[6]]: mlp gate */
-#define L6_U                     3761995776 /*  117440512 [activations.saved[6]]: mlp up */
+#define L6_GU                    3644555264 /*  234881024 [activations.saved[6]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L6_H                     3879436288 /*  117440512 [activations.saved[6]]: mlp activation */
 #define L7_LN1                   4030431232 /*   33554432 [activations.saved[7]]: attention norm output */
 #define L7_Q                     4064002048 /*   33554432 [activations.saved[7]]: queries (rotated) */
@@ -386,8 +379,7 @@
 #define L7_ATT                   4114333696 /*   33554432 [activations.saved[7]]: attention output */
 #define L7_RES                   4148412416 /*   33554432 [activations.saved[7]]: residual stream after attention */
 #define L7_LN2                   4181966848 /*   33554432 [activations.saved[7]]: mlp norm output */
-#define L7_G                     4215537664 /*  117440512 [activations.saved[7]]: mlp gate */
-#define L7_U                     4332978176 /*  117440512 [activations.saved[7]]: mlp up */
+#define L7_GU                    4215537664 /*  234881024 [activations.saved[7]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L7_H                     4450418688 /*  117440512 [activations.saved[7]]: mlp activation */
 #define L8_LN1                   4601413632 /*   33554432 [activations.saved[8]]: attention norm output */
 #define L8_Q                     4634984448 /*   33554432 [activations.saved[8]]: queries (rotated) */
@@ -396,8 +388,7 @@
 #define L8_ATT                   4685316096 /*   33554432 [activations.saved[8]]: attention output */
 #define L8_RES                   4719394816 /*   33554432 [activations.saved[8]]: residual stream after attention */
 #define L8_LN2                   4752949248 /*   33554432 [activations.saved[8]]: mlp norm output */
-#define L8_G                     4786520064 /*  117440512 [activations.saved[8]]: mlp gate */
-#define L8_U                     4903960576 /*  117440512 [activations.saved[8]]: mlp up */
+#define L8_GU                    4786520064 /*  234881024 [activations.saved[8]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L8_H                     5021401088 /*  117440512 [activations.saved[8]]: mlp activation */
 #define L9_LN1                   5172396032 /*   33554432 [activations.saved[9]]: attention norm output */
 #define L9_Q                     5205966848 /*   33554432 [activations.saved[9]]: queries (rotated) */
@@ -406,8 +397,7 @@
 #define L9_ATT                   5256298496 /*   33554432 [activations.saved[9]]: attention output */
 #define L9_RES                   5290377216 /*   33554432 [activations.saved[9]]: residual stream after attention */
 #define L9_LN2                   5323931648 /*   33554432 [activations.saved[9]]: mlp norm output */
-#define L9_G                     5357502464 /*  117440512 [activations.saved[9]]: mlp gate */
-#define L9_U                     5474942976 /*  117440512 [activations.saved[9]]: mlp up */
+#define L9_GU                    5357502464 /*  234881024 [activations.saved[9]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L9_H                     5592383488 /*  117440512 [activations.saved[9]]: mlp activation */
 #define L10_LN1                  5743378432 /*   33554432 [activations.saved[10]]: attention norm output */
 #define L10_Q                    5776949248 /*   33554432 [activations.saved[10]]: queries (rotated) */
@@ -416,8 +406,7 @@
 #define L10_ATT                  5827280896 /*   33554432 [activations.saved[10]]: attention output */
 #define L10_RES                  5861359616 /*   33554432 [activations.saved[10]]: residual stream after attention */
 #define L10_LN2                  5894914048 /*   33554432 [activations.saved[10]]: mlp norm output */
-#define L10_G                    5928484864 /*  117440512 [activations.saved[10]]: mlp gate */
-#define L10_U                    6045925376 /*  117440512 [activations.saved[10]]: mlp up */
+#define L10_GU                   5928484864 /*  234881024 [activations.saved[10]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L10_H                    6163365888 /*  117440512 [activations.saved[10]]: mlp activation */
 #define L11_LN1                  6314360832 /*   33554432 [activations.saved[11]]: attention norm output */
 #define L11_Q                    6347931648 /*   33554432 [activations.saved[11]]: queries (rotated) */
@@ -426,8 +415,7 @@
 #define L11_ATT                  6398263296 /*   33554432 [activations.saved[11]]: attention output */
 #define L11_RES                  6432342016 /*   33554432 [activations.saved[11]]: residual stream after attention */
 #define L11_LN2                  6465896448 /*   33554432 [activations.saved[11]]: mlp norm output */
-#define L11_G                    6499467264 /*  117440512 [activations.saved[11]]: mlp gate */
-#define L11_U                    6616907776 /*  117440512 [activations.saved[11]]: mlp up */
+#define L11_GU                   6499467264 /*  234881024 [activations.saved[11]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L11_H                    6734348288 /*  117440512 [activations.saved[11]]: mlp activation */
 #define L12_LN1                  6885343232 /*   33554432 [activations.saved[12]]: attention norm output */
 #define L12_Q                    6918914048 /*   33554432 [activations.saved[12]]: queries (rotated) */
@@ -436,8 +424,7 @@
 #define L12_ATT                  6969245696 /*   33554432 [activations.saved[12]]: attention output */
 #define L12_RES                  7003324416 /*   33554432 [activations.saved[12]]: residual stream after attention */
 #define L12_LN2                  7036878848 /*   33554432 [activations.saved[12]]: mlp norm output */
-#define L12_G                    7070449664 /*  117440512 [activations.saved[12]]: mlp gate */
-#define L12_U                    7187890176 /*  117440512 [activations.saved[12]]: mlp up */
+#define L12_GU                   7070449664 /*  234881024 [activations.saved[12]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L12_H                    7305330688 /*  117440512 [activations.saved[12]]: mlp activation */
 #define L13_LN1                  7456325632 /*   33554432 [activations.saved[13]]: attention norm output */
 #define L13_Q                    7489896448 /*   33554432 [activations.saved[13]]: queries (rotated) */
@@ -446,8 +433,7 @@
 #define L13_ATT                  7540228096 /*   33554432 [activations.saved[13]]: attention output */
 #define L13_RES                  7574306816 /*   33554432 [activations.saved[13]]: residual stream after attention */
 #define L13_LN2                  7607861248 /*   33554432 [activations.saved[13]]: mlp norm output */
-#define L13_G                    7641432064 /*  117440512 [activations.saved[13]]: mlp gate */
-#define L13_U                    7758872576 /*  117440512 [activations.saved[13]]: mlp up */
+#define L13_GU                   7641432064 /*  234881024 [activations.saved[13]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L13_H                    7876313088 /*  117440512 [activations.saved[13]]: mlp activation */
 #define L14_LN1                  8027308032 /*   33554432 [activations.saved[14]]: attention norm output */
 #define L14_Q                    8060878848 /*   33554432 [activations.saved[14]]: queries (rotated) */
@@ -456,8 +442,7 @@
 #define L14_ATT                  8111210496 /*   33554432 [activations.saved[14]]: attention output */
 #define L14_RES                  8145289216 /*   33554432 [activations.saved[14]]: residual stream after attention */
 #define L14_LN2                  8178843648 /*   33554432 [activations.saved[14]]: mlp norm output */
-#define L14_G                    8212414464 /*  117440512 [activations.saved[14]]: mlp gate */
-#define L14_U                    8329854976 /*  117440512 [activations.saved[14]]: mlp up */
+#define L14_GU                   8212414464 /*  234881024 [activations.saved[14]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L14_H                    8447295488 /*  117440512 [activations.saved[14]]: mlp activation */
 #define L15_LN1                  8598290432 /*   33554432 [activations.saved[15]]: attention norm output */
 #define L15_Q                    8631861248 /*   33554432 [activations.saved[15]]: queries (rotated) */
@@ -466,8 +451,7 @@
 #define L15_ATT                  8682192896 /*   33554432 [activations.saved[15]]: attention output */
 #define L15_RES                  8716271616 /*   33554432 [activations.saved[15]]: residual stream after attention */
 #define L15_LN2                  8749826048 /*   33554432 [activations.saved[15]]: mlp norm output */
-#define L15_G                    8783396864 /*  117440512 [activations.saved[15]]: mlp gate */
-#define L15_U                    8900837376 /*  117440512 [activations.saved[15]]: mlp up */
+#define L15_GU                   8783396864 /*  234881024 [activations.saved[15]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L15_H                    9018277888 /*  117440512 [activations.saved[15]]: mlp activation */
 #define L16_LN1                  9169272832 /*   33554432 [activations.saved[16]]: attention norm output */
 #define L16_Q                    9202843648 /*   33554432 [activations.saved[16]]: queries (rotated) */
@@ -476,8 +460,7 @@
 #define L16_ATT                  9253175296 /*   33554432 [activations.saved[16]]: attention output */
 #define L16_RES                  9287254016 /*   33554432 [activations.saved[16]]: residual stream after attention */
 #define L16_LN2                  9320808448 /*   33554432 [activations.saved[16]]: mlp norm output */
-#define L16_G                    9354379264 /*  117440512 [activations.saved[16]]: mlp gate */
-#define L16_U                    9471819776 /*  117440512 [activations.saved[16]]: mlp up */
+#define L16_GU                   9354379264 /*  234881024 [activations.saved[16]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L16_H                    9589260288 /*  117440512 [activations.saved[16]]: mlp activation */
 #define L17_LN1                  9740255232 /*   33554432 [activations.saved[17]]: attention norm output */
 #define L17_Q                    9773826048 /*   33554432 [activations.saved[17]]: queries (rotated) */
@@ -486,8 +469,7 @@
 #define L17_ATT                  9824157696 /*   33554432 [activations.saved[17]]: attention output */
 #define L17_RES                  9858236416 /*   33554432 [activations.saved[17]]: residual stream after attention */
 #define L17_LN2                  9891790848 /*   33554432 [activations.saved[17]]: mlp norm output */
-#define L17_G                    9925361664 /*  117440512 [activations.saved[17]]: mlp gate */
-#define L17_U                   10042802176 /*  117440512 [activations.saved[17]]: mlp up */
+#define L17_GU                   9925361664 /*  234881024 [activations.saved[17]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L17_H                   10160242688 /*  117440512 [activations.saved[17]]: mlp activation */
 #define L18_LN1                 10311237632 /*   33554432 [activations.saved[18]]: attention norm output */
 #define L18_Q                   10344808448 /*   33554432 [activations.saved[18]]: queries (rotated) */
@@ -496,8 +478,7 @@
 #define L18_ATT                 10395140096 /*   33554432 [activations.saved[18]]: attention output */
 #define L18_RES                 10429218816 /*   33554432 [activations.saved[18]]: residual stream after attention */
 #define L18_LN2                 10462773248 /*   33554432 [activations.saved[18]]: mlp norm output */
-#define L18_G                   10496344064 /*  117440512 [activations.saved[18]]: mlp gate */
-#define L18_U                   10613784576 /*  117440512 [activations.saved[18]]: mlp up */
+#define L18_GU                  10496344064 /*  234881024 [activations.saved[18]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L18_H                   10731225088 /*  117440512 [activations.saved[18]]: mlp activation */
 #define L19_LN1                 10882220032 /*   33554432 [activations.saved[19]]: attention norm output */
 #define L19_Q                   10915790848 /*   33554432 [activations.saved[19]]: queries (rotated) */
@@ -506,8 +487,7 @@
 #define L19_ATT                 10966122496 /*   33554432 [activations.saved[19]]: attention output */
 #define L19_RES                 11000201216 /*   33554432 [activations.saved[19]]: residual stream after attention */
 #define L19_LN2                 11033755648 /*   33554432 [activations.saved[19]]: mlp norm output */
-#define L19_G                   11067326464 /*  117440512 [activations.saved[19]]: mlp gate */
-#define L19_U                   11184766976 /*  117440512 [activations.saved[19]]: mlp up */
+#define L19_GU                  11067326464 /*  234881024 [activations.saved[19]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L19_H                   11302207488 /*  117440512 [activations.saved[19]]: mlp activation */
 #define L20_LN1                 11453202432 /*   33554432 [activations.saved[20]]: attention norm output */
 #define L20_Q                   11486773248 /*   33554432 [activations.saved[20]]: queries (rotated) */
@@ -516,8 +496,7 @@
 #define L20_ATT                 11537104896 /*   33554432 [activations.saved[20]]: attention output */
 #define L20_RES                 11571183616 /*   33554432 [activations.saved[20]]: residual stream after attention */
 #define L20_LN2                 11604738048 /*   33554432 [activations.saved[20]]: mlp norm output */
-#define L20_G                   11638308864 /*  117440512 [activations.saved[20]]: mlp gate */
-#define L20_U                   11755749376 /*  117440512 [activations.saved[20]]: mlp up */
+#define L20_GU                  11638308864 /*  234881024 [activations.saved[20]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L20_H                   11873189888 /*  117440512 [activations.saved[20]]: mlp activation */
 #define L21_LN1                 12024184832 /*   33554432 [activations.saved[21]]: attention norm output */
 #define L21_Q                   12057755648 /*   33554432 [activations.saved[21]]: queries (rotated) */
@@ -526,8 +505,7 @@
 #define L21_ATT                 12108087296 /*   33554432 [activations.saved[21]]: attention output */
 #define L21_RES                 12142166016 /*   33554432 [activations.saved[21]]: residual stream after attention */
 #define L21_LN2                 12175720448 /*   33554432 [activations.saved[21]]: mlp norm output */
-#define L21_G                   12209291264 /*  117440512 [activations.saved[21]]: mlp gate */
-#define L21_U                   12326731776 /*  117440512 [activations.saved[21]]: mlp up */
+#define L21_GU                  12209291264 /*  234881024 [activations.saved[21]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L21_H                   12444172288 /*  117440512 [activations.saved[21]]: mlp activation */
 #define L22_LN1                 12595167232 /*   33554432 [activations.saved[22]]: attention norm output */
 #define L22_Q                   12628738048 /*   33554432 [activations.saved[22]]: queries (rotated) */
@@ -536,8 +514,7 @@
 #define L22_ATT                 12679069696 /*   33554432 [activations.saved[22]]: attention output */
 #define L22_RES                 12713148416 /*   33554432 [activations.saved[22]]: residual stream after attention */
 #define L22_LN2                 12746702848 /*   33554432 [activations.saved[22]]: mlp norm output */
-#define L22_G                   12780273664 /*  117440512 [activations.saved[22]]: mlp gate */
-#define L22_U                   12897714176 /*  117440512 [activations.saved[22]]: mlp up */
+#define L22_GU                  12780273664 /*  234881024 [activations.saved[22]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L22_H                   13015154688 /*  117440512 [activations.saved[22]]: mlp activation */
 #define L23_LN1                 13166149632 /*   33554432 [activations.saved[23]]: attention norm output */
 #define L23_Q                   13199720448 /*   33554432 [activations.saved[23]]: queries (rotated) */
@@ -546,8 +523,7 @@
 #define L23_ATT                 13250052096 /*   33554432 [activations.saved[23]]: attention output */
 #define L23_RES                 13284130816 /*   33554432 [activations.saved[23]]: residual stream after attention */
 #define L23_LN2                 13317685248 /*   33554432 [activations.saved[23]]: mlp norm output */
-#define L23_G                   13351256064 /*  117440512 [activations.saved[23]]: mlp gate */
-#define L23_U                   13468696576 /*  117440512 [activations.saved[23]]: mlp up */
+#define L23_GU                  13351256064 /*  234881024 [activations.saved[23]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L23_H                   13586137088 /*  117440512 [activations.saved[23]]: mlp activation */
 #define L24_LN1                 13737132032 /*   33554432 [activations.saved[24]]: attention norm output */
 #define L24_Q                   13770702848 /*   33554432 [activations.saved[24]]: queries (rotated) */
@@ -556,8 +532,7 @@
 #define L24_ATT                 13821034496 /*   33554432 [activations.saved[24]]: attention output */
 #define L24_RES                 13855113216 /*   33554432 [activations.saved[24]]: residual stream after attention */
 #define L24_LN2                 13888667648 /*   33554432 [activations.saved[24]]: mlp norm output */
-#define L24_G                   13922238464 /*  117440512 [activations.saved[24]]: mlp gate */
-#define L24_U                   14039678976 /*  117440512 [activations.saved[24]]: mlp up */
+#define L24_GU                  13922238464 /*  234881024 [activations.saved[24]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L24_H                   14157119488 /*  117440512 [activations.saved[24]]: mlp activation */
 #define L25_LN1                 14308114432 /*   33554432 [activations.saved[25]]: attention norm output */
 #define L25_Q                   14341685248 /*   33554432 [activations.saved[25]]: queries (rotated) */
@@ -566,8 +541,7 @@
 #define L25_ATT                 14392016896 /*   33554432 [activations.saved[25]]: attention output */
 #define L25_RES                 14426095616 /*   33554432 [activations.saved[25]]: residual stream after attention */
 #define L25_LN2                 14459650048 /*   33554432 [activations.saved[25]]: mlp norm output */
-#define L25_G                   14493220864 /*  117440512 [activations.saved[25]]: mlp gate */
-#define L25_U                   14610661376 /*  117440512 [activations.saved[25]]: mlp up */
+#define L25_GU                  14493220864 /*  234881024 [activations.saved[25]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L25_H                   14728101888 /*  117440512 [activations.saved[25]]: mlp activation */
 #define L26_LN1                 14879096832 /*   33554432 [activations.saved[26]]: attention norm output */
 #define L26_Q                   14912667648 /*   33554432 [activations.saved[26]]: queries (rotated) */
@@ -576,8 +550,7 @@
 #define L26_ATT                 14962999296 /*   33554432 [activations.saved[26]]: attention output */
 #define L26_RES                 14997078016 /*   33554432 [activations.saved[26]]: residual stream after attention */
 #define L26_LN2                 15030632448 /*   33554432 [activations.saved[26]]: mlp norm output */
-#define L26_G                   15064203264 /*  117440512 [activations.saved[26]]: mlp gate */
-#define L26_U                   15181643776 /*  117440512 [activations.saved[26]]: mlp up */
+#define L26_GU                  15064203264 /*  234881024 [activations.saved[26]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L26_H                   15299084288 /*  117440512 [activations.saved[26]]: mlp activation */
 #define L27_LN1                 15450079232 /*   33554432 [activations.saved[27]]: attention norm output */
 #define L27_Q                   15483650048 /*   33554432 [activations.saved[27]]: queries (rotated) */
@@ -586,8 +559,7 @@
 #define L27_ATT                 15533981696 /*   33554432 [activations.saved[27]]: attention output */
 #define L27_RES                 15568060416 /*   33554432 [activations.saved[27]]: residual stream after attention */
 #define L27_LN2                 15601614848 /*   33554432 [activations.saved[27]]: mlp norm output */
-#define L27_G                   15635185664 /*  117440512 [activations.saved[27]]: mlp gate */
-#define L27_U                   15752626176 /*  117440512 [activations.saved[27]]: mlp up */
+#define L27_GU                  15635185664 /*  234881024 [activations.saved[27]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L27_H                   15870066688 /*  117440512 [activations.saved[27]]: mlp activation */
 #define L28_LN1                 16021061632 /*   33554432 [activations.saved[28]]: attention norm output */
 #define L28_Q                   16054632448 /*   33554432 [activations.saved[28]]: queries (rotated) */
@@ -596,8 +568,7 @@
 #define L28_ATT                 16104964096 /*   33554432 [activations.saved[28]]: attention output */
 #define L28_RES                 16139042816 /*   33554432 [activations.saved[28]]: residual stream after attention */
 #define L28_LN2                 16172597248 /*   33554432 [activations.saved[28]]: mlp norm output */
-#define L28_G                   16206168064 /*  117440512 [activations.saved[28]]: mlp gate */
-#define L28_U                   16323608576 /*  117440512 [activations.saved[28]]: mlp up */
+#define L28_GU                  16206168064 /*  234881024 [activations.saved[28]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L28_H                   16441049088 /*  117440512 [activations.saved[28]]: mlp activation */
 #define L29_LN1                 16592044032 /*   33554432 [activations.saved[29]]: attention norm output */
 #define L29_Q                   16625614848 /*   33554432 [activations.saved[29]]: queries (rotated) */
@@ -606,8 +577,7 @@
 #define L29_ATT                 16675946496 /*   33554432 [activations.saved[29]]: attention output */
 #define L29_RES                 16710025216 /*   33554432 [activations.saved[29]]: residual stream after attention */
 #define L29_LN2                 16743579648 /*   33554432 [activations.saved[29]]: mlp norm output */
-#define L29_G                   16777150464 /*  117440512 [activations.saved[29]]: mlp gate */
-#define L29_U                   16894590976 /*  117440512 [activations.saved[29]]: mlp up */
+#define L29_GU                  16777150464 /*  234881024 [activations.saved[29]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L29_H                   17012031488 /*  117440512 [activations.saved[29]]: mlp activation */
 #define L30_LN1                 17163026432 /*   33554432 [activations.saved[30]]: attention norm output */
 #define L30_Q                   17196597248 /*   33554432 [activations.saved[30]]: queries (rotated) */
@@ -616,8 +586,7 @@
 #define L30_ATT                 17246928896 /*   33554432 [activations.saved[30]]: attention output */
 #define L30_RES                 17281007616 /*   33554432 [activations.saved[30]]: residual stream after attention */
 #define L30_LN2                 17314562048 /*   33554432 [activations.saved[30]]: mlp norm output */
-#define L30_G                   17348132864 /*  117440512 [activations.saved[30]]: mlp gate */
-#define L30_U                   17465573376 /*  117440512 [activations.saved[30]]: mlp up */
+#define L30_GU                  17348132864 /*  234881024 [activations.saved[30]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L30_H                   17583013888 /*  117440512 [activations.saved[30]]: mlp activation */
 #define L31_LN1                 17734008832 /*   33554432 [activations.saved[31]]: attention norm output */
 #define L31_Q                   17767579648 /*   33554432 [activations.saved[31]]: queries (rotated) */
@@ -626,8 +595,7 @@
 #define L31_ATT                 17817911296 /*   33554432 [activations.saved[31]]: attention output */
 #define L31_RES                 17851990016 /*   33554432 [activations.saved[31]]: residual stream after attention */
 #define L31_LN2                 17885544448 /*   33554432 [activations.saved[31]]: mlp norm output */
-#define L31_G                   17919115264 /*  117440512 [activations.saved[31]]: mlp gate */
-#define L31_U                   18036555776 /*  117440512 [activations.saved[31]]: mlp up */
+#define L31_GU                  17919115264 /*  234881024 [activations.saved[31]]: mlp gate and up: each token's row g | u, the fused projection's output */
 #define L31_H                   18153996288 /*  117440512 [activations.saved[31]]: mlp activation */
 #define DX_A                    28000925696 /*   33554432 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
 #define DX_B                    28034480128 /*   33554432 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
@@ -636,6 +604,7 @@
 #define DG                              LWS /*  117440512 [workspace.shared]: gradient of the mlp gate: in LWS (an FFN's backward) */
 #define DU                     (LWS + 117440512) /*  117440512 [workspace.shared]: gradient of the mlp up: in LWS (an FFN's backward) */
 #define DH                     (LWS + 234881024) /*  117440512 [workspace.shared]: gradient of the mlp activation: in LWS (an FFN's backward) */
+#define DGU                             LWS /*  234881024 [workspace.shared]: mlp gate and up's gradient, each token's row g | u: in LWS (an FFN's backward) */
 #define DATT                            LWS /*   33554432 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
 #define DQ                     (LWS + 33554432) /*   33554432 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
 #define DK                     (LWS + 67108864) /*    8388608 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
@@ -995,11 +964,9 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L0_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L0_RES), A(X0), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L0_U), A(L0_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L0_G), A(L0_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L0_H), A(L0_G), A(L0_U), 117440512);
+  rt_add_rmsnorm_forward(A(L0_RES), A(L0_LN2), R(L0_RSTD2), A(X0), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L0_GU), A(L0_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L0_H), A(L0_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L0_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X1), A(L0_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1016,11 +983,9 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L1_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L1_RES), A(X1), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L1_U), A(L1_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L1_G), A(L1_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L1_H), A(L1_G), A(L1_U), 117440512);
+  rt_add_rmsnorm_forward(A(L1_RES), A(L1_LN2), R(L1_RSTD2), A(X1), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L1_GU), A(L1_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L1_H), A(L1_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L1_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X2), A(L1_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1037,11 +1002,9 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L2_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L2_RES), A(X2), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L2_U), A(L2_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L2_G), A(L2_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L2_H), A(L2_G), A(L2_U), 117440512);
+  rt_add_rmsnorm_forward(A(L2_RES), A(L2_LN2), R(L2_RSTD2), A(X2), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L2_GU), A(L2_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L2_H), A(L2_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L2_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X3), A(L2_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1058,11 +1021,9 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L3_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L3_RES), A(X3), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L3_U), A(L3_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L3_G), A(L3_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L3_H), A(L3_G), A(L3_U), 117440512);
+  rt_add_rmsnorm_forward(A(L3_RES), A(L3_LN2), R(L3_RSTD2), A(X3), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L3_GU), A(L3_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L3_H), A(L3_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L3_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X4), A(L3_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1079,11 +1040,9 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L4_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L4_ATT), R(L4_LSE), A(L4_Q), A(L4_K), A(L4_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L4_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L4_RES), A(X4), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L4_LN2), R(L4_RSTD2), A(L4_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L4_U), A(L4_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L4_G), A(L4_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L4_H), A(L4_G), A(L4_U), 117440512);
+  rt_add_rmsnorm_forward(A(L4_RES), A(L4_LN2), R(L4_RSTD2), A(X4), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L4_GU), A(L4_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L4_H), A(L4_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L4_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X5), A(L4_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1100,11 +1059,9 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L5_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L5_ATT), R(L5_LSE), A(L5_Q), A(L5_K), A(L5_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L5_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L5_RES), A(X5), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L5_LN2), R(L5_RSTD2), A(L5_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L5_U), A(L5_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L5_G), A(L5_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L5_H), A(L5_G), A(L5_U), 117440512);
+  rt_add_rmsnorm_forward(A(L5_RES), A(L5_LN2), R(L5_RSTD2), A(X5), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L5_GU), A(L5_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L5_H), A(L5_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L5_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X6), A(L5_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1121,11 +1078,9 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L6_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L6_ATT), R(L6_LSE), A(L6_Q), A(L6_K), A(L6_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L6_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L6_RES), A(X6), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L6_LN2), R(L6_RSTD2), A(L6_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L6_U), A(L6_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L6_G), A(L6_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L6_H), A(L6_G), A(L6_U), 117440512);
+  rt_add_rmsnorm_forward(A(L6_RES), A(L6_LN2), R(L6_RSTD2), A(X6), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L6_GU), A(L6_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L6_H), A(L6_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L6_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X7), A(L6_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1142,11 +1097,9 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L7_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L7_ATT), R(L7_LSE), A(L7_Q), A(L7_K), A(L7_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L7_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L7_RES), A(X7), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L7_LN2), R(L7_RSTD2), A(L7_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L7_U), A(L7_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L7_G), A(L7_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L7_H), A(L7_G), A(L7_U), 117440512);
+  rt_add_rmsnorm_forward(A(L7_RES), A(L7_LN2), R(L7_RSTD2), A(X7), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L7_GU), A(L7_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L7_H), A(L7_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L7_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X8), A(L7_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1163,11 +1116,9 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L8_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L8_ATT), R(L8_LSE), A(L8_Q), A(L8_K), A(L8_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L8_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L8_RES), A(X8), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L8_LN2), R(L8_RSTD2), A(L8_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L8_U), A(L8_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L8_G), A(L8_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L8_H), A(L8_G), A(L8_U), 117440512);
+  rt_add_rmsnorm_forward(A(L8_RES), A(L8_LN2), R(L8_RSTD2), A(X8), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L8_GU), A(L8_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L8_H), A(L8_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L8_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X9), A(L8_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1184,11 +1135,9 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L9_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L9_ATT), R(L9_LSE), A(L9_Q), A(L9_K), A(L9_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L9_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L9_RES), A(X9), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L9_LN2), R(L9_RSTD2), A(L9_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L9_U), A(L9_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L9_G), A(L9_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L9_H), A(L9_G), A(L9_U), 117440512);
+  rt_add_rmsnorm_forward(A(L9_RES), A(L9_LN2), R(L9_RSTD2), A(X9), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L9_GU), A(L9_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L9_H), A(L9_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L9_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X10), A(L9_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1205,11 +1154,9 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L10_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L10_ATT), R(L10_LSE), A(L10_Q), A(L10_K), A(L10_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L10_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L10_RES), A(X10), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L10_LN2), R(L10_RSTD2), A(L10_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L10_U), A(L10_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L10_G), A(L10_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L10_H), A(L10_G), A(L10_U), 117440512);
+  rt_add_rmsnorm_forward(A(L10_RES), A(L10_LN2), R(L10_RSTD2), A(X10), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L10_GU), A(L10_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L10_H), A(L10_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L10_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X11), A(L10_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1226,11 +1173,9 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L11_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L11_ATT), R(L11_LSE), A(L11_Q), A(L11_K), A(L11_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L11_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L11_RES), A(X11), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L11_LN2), R(L11_RSTD2), A(L11_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L11_U), A(L11_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L11_G), A(L11_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L11_H), A(L11_G), A(L11_U), 117440512);
+  rt_add_rmsnorm_forward(A(L11_RES), A(L11_LN2), R(L11_RSTD2), A(X11), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L11_GU), A(L11_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L11_H), A(L11_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L11_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X12), A(L11_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1247,11 +1192,9 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L12_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L12_ATT), R(L12_LSE), A(L12_Q), A(L12_K), A(L12_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L12_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L12_RES), A(X12), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L12_LN2), R(L12_RSTD2), A(L12_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L12_U), A(L12_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L12_G), A(L12_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L12_H), A(L12_G), A(L12_U), 117440512);
+  rt_add_rmsnorm_forward(A(L12_RES), A(L12_LN2), R(L12_RSTD2), A(X12), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L12_GU), A(L12_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L12_H), A(L12_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L12_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X13), A(L12_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1268,11 +1211,9 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L13_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L13_ATT), R(L13_LSE), A(L13_Q), A(L13_K), A(L13_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L13_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L13_RES), A(X13), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L13_LN2), R(L13_RSTD2), A(L13_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L13_U), A(L13_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L13_G), A(L13_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L13_H), A(L13_G), A(L13_U), 117440512);
+  rt_add_rmsnorm_forward(A(L13_RES), A(L13_LN2), R(L13_RSTD2), A(X13), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L13_GU), A(L13_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L13_H), A(L13_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L13_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X14), A(L13_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1289,11 +1230,9 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L14_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L14_ATT), R(L14_LSE), A(L14_Q), A(L14_K), A(L14_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L14_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L14_RES), A(X14), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L14_LN2), R(L14_RSTD2), A(L14_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L14_U), A(L14_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L14_G), A(L14_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L14_H), A(L14_G), A(L14_U), 117440512);
+  rt_add_rmsnorm_forward(A(L14_RES), A(L14_LN2), R(L14_RSTD2), A(X14), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L14_GU), A(L14_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L14_H), A(L14_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L14_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X15), A(L14_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1310,11 +1249,9 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L15_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L15_ATT), R(L15_LSE), A(L15_Q), A(L15_K), A(L15_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L15_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L15_RES), A(X15), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L15_LN2), R(L15_RSTD2), A(L15_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L15_U), A(L15_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L15_G), A(L15_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L15_H), A(L15_G), A(L15_U), 117440512);
+  rt_add_rmsnorm_forward(A(L15_RES), A(L15_LN2), R(L15_RSTD2), A(X15), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L15_GU), A(L15_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L15_H), A(L15_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L15_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X16), A(L15_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1331,11 +1268,9 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L16_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L16_ATT), R(L16_LSE), A(L16_Q), A(L16_K), A(L16_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L16_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L16_RES), A(X16), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L16_LN2), R(L16_RSTD2), A(L16_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L16_U), A(L16_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L16_G), A(L16_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L16_H), A(L16_G), A(L16_U), 117440512);
+  rt_add_rmsnorm_forward(A(L16_RES), A(L16_LN2), R(L16_RSTD2), A(X16), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L16_GU), A(L16_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L16_H), A(L16_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L16_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X17), A(L16_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1352,11 +1287,9 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L17_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L17_ATT), R(L17_LSE), A(L17_Q), A(L17_K), A(L17_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L17_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L17_RES), A(X17), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L17_LN2), R(L17_RSTD2), A(L17_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L17_U), A(L17_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L17_G), A(L17_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L17_H), A(L17_G), A(L17_U), 117440512);
+  rt_add_rmsnorm_forward(A(L17_RES), A(L17_LN2), R(L17_RSTD2), A(X17), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L17_GU), A(L17_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L17_H), A(L17_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L17_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X18), A(L17_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1373,11 +1306,9 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L18_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L18_ATT), R(L18_LSE), A(L18_Q), A(L18_K), A(L18_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L18_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L18_RES), A(X18), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L18_LN2), R(L18_RSTD2), A(L18_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L18_U), A(L18_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L18_G), A(L18_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L18_H), A(L18_G), A(L18_U), 117440512);
+  rt_add_rmsnorm_forward(A(L18_RES), A(L18_LN2), R(L18_RSTD2), A(X18), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L18_GU), A(L18_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L18_H), A(L18_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L18_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X19), A(L18_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1394,11 +1325,9 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L19_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L19_ATT), R(L19_LSE), A(L19_Q), A(L19_K), A(L19_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L19_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L19_RES), A(X19), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L19_LN2), R(L19_RSTD2), A(L19_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L19_U), A(L19_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L19_G), A(L19_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L19_H), A(L19_G), A(L19_U), 117440512);
+  rt_add_rmsnorm_forward(A(L19_RES), A(L19_LN2), R(L19_RSTD2), A(X19), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L19_GU), A(L19_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L19_H), A(L19_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L19_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X20), A(L19_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1415,11 +1344,9 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L20_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L20_ATT), R(L20_LSE), A(L20_Q), A(L20_K), A(L20_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L20_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L20_RES), A(X20), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L20_LN2), R(L20_RSTD2), A(L20_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L20_U), A(L20_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L20_G), A(L20_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L20_H), A(L20_G), A(L20_U), 117440512);
+  rt_add_rmsnorm_forward(A(L20_RES), A(L20_LN2), R(L20_RSTD2), A(X20), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L20_GU), A(L20_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L20_H), A(L20_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L20_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X21), A(L20_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1436,11 +1363,9 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L21_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L21_ATT), R(L21_LSE), A(L21_Q), A(L21_K), A(L21_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L21_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L21_RES), A(X21), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L21_LN2), R(L21_RSTD2), A(L21_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L21_U), A(L21_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L21_G), A(L21_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L21_H), A(L21_G), A(L21_U), 117440512);
+  rt_add_rmsnorm_forward(A(L21_RES), A(L21_LN2), R(L21_RSTD2), A(X21), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L21_GU), A(L21_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L21_H), A(L21_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L21_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X22), A(L21_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1457,11 +1382,9 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L22_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L22_ATT), R(L22_LSE), A(L22_Q), A(L22_K), A(L22_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L22_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L22_RES), A(X22), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L22_LN2), R(L22_RSTD2), A(L22_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L22_U), A(L22_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L22_G), A(L22_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L22_H), A(L22_G), A(L22_U), 117440512);
+  rt_add_rmsnorm_forward(A(L22_RES), A(L22_LN2), R(L22_RSTD2), A(X22), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L22_GU), A(L22_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L22_H), A(L22_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L22_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X23), A(L22_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1478,11 +1401,9 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L23_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L23_ATT), R(L23_LSE), A(L23_Q), A(L23_K), A(L23_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L23_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L23_RES), A(X23), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L23_LN2), R(L23_RSTD2), A(L23_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L23_U), A(L23_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L23_G), A(L23_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L23_H), A(L23_G), A(L23_U), 117440512);
+  rt_add_rmsnorm_forward(A(L23_RES), A(L23_LN2), R(L23_RSTD2), A(X23), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L23_GU), A(L23_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L23_H), A(L23_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L23_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X24), A(L23_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1499,11 +1420,9 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L24_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L24_ATT), R(L24_LSE), A(L24_Q), A(L24_K), A(L24_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L24_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L24_RES), A(X24), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L24_LN2), R(L24_RSTD2), A(L24_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L24_U), A(L24_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L24_G), A(L24_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L24_H), A(L24_G), A(L24_U), 117440512);
+  rt_add_rmsnorm_forward(A(L24_RES), A(L24_LN2), R(L24_RSTD2), A(X24), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L24_GU), A(L24_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L24_H), A(L24_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L24_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X25), A(L24_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1520,11 +1439,9 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L25_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L25_ATT), R(L25_LSE), A(L25_Q), A(L25_K), A(L25_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L25_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L25_RES), A(X25), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L25_LN2), R(L25_RSTD2), A(L25_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L25_U), A(L25_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L25_G), A(L25_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L25_H), A(L25_G), A(L25_U), 117440512);
+  rt_add_rmsnorm_forward(A(L25_RES), A(L25_LN2), R(L25_RSTD2), A(X25), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L25_GU), A(L25_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L25_H), A(L25_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L25_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X26), A(L25_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1541,11 +1458,9 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L26_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L26_ATT), R(L26_LSE), A(L26_Q), A(L26_K), A(L26_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L26_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L26_RES), A(X26), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L26_LN2), R(L26_RSTD2), A(L26_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L26_U), A(L26_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L26_G), A(L26_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L26_H), A(L26_G), A(L26_U), 117440512);
+  rt_add_rmsnorm_forward(A(L26_RES), A(L26_LN2), R(L26_RSTD2), A(X26), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L26_GU), A(L26_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L26_H), A(L26_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L26_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X27), A(L26_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1562,11 +1477,9 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L27_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L27_ATT), R(L27_LSE), A(L27_Q), A(L27_K), A(L27_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L27_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L27_RES), A(X27), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L27_LN2), R(L27_RSTD2), A(L27_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L27_U), A(L27_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L27_G), A(L27_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L27_H), A(L27_G), A(L27_U), 117440512);
+  rt_add_rmsnorm_forward(A(L27_RES), A(L27_LN2), R(L27_RSTD2), A(X27), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L27_GU), A(L27_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L27_H), A(L27_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L27_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X28), A(L27_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1583,11 +1496,9 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L28_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L28_ATT), R(L28_LSE), A(L28_Q), A(L28_K), A(L28_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L28_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L28_RES), A(X28), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L28_LN2), R(L28_RSTD2), A(L28_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L28_U), A(L28_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L28_G), A(L28_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L28_H), A(L28_G), A(L28_U), 117440512);
+  rt_add_rmsnorm_forward(A(L28_RES), A(L28_LN2), R(L28_RSTD2), A(X28), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L28_GU), A(L28_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L28_H), A(L28_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L28_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X29), A(L28_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1604,11 +1515,9 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L29_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L29_ATT), R(L29_LSE), A(L29_Q), A(L29_K), A(L29_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L29_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L29_RES), A(X29), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L29_LN2), R(L29_RSTD2), A(L29_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L29_U), A(L29_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L29_G), A(L29_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L29_H), A(L29_G), A(L29_U), 117440512);
+  rt_add_rmsnorm_forward(A(L29_RES), A(L29_LN2), R(L29_RSTD2), A(X29), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L29_GU), A(L29_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L29_H), A(L29_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L29_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X30), A(L29_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1625,11 +1534,9 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L30_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L30_ATT), R(L30_LSE), A(L30_Q), A(L30_K), A(L30_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L30_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L30_RES), A(X30), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L30_LN2), R(L30_RSTD2), A(L30_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L30_U), A(L30_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L30_G), A(L30_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L30_H), A(L30_G), A(L30_U), 117440512);
+  rt_add_rmsnorm_forward(A(L30_RES), A(L30_LN2), R(L30_RSTD2), A(X30), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L30_GU), A(L30_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L30_H), A(L30_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L30_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X31), A(L30_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1646,11 +1553,9 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rope_llama3_forward(A(L31_K), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_attention_forward(A(L31_ATT), R(L31_LSE), A(L31_Q), A(L31_K), A(L31_V), 1, 8192, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(L31_ATT), W(25169920), NULL, 8192, 4096, 4096); /* o_proj */
-  rt_add(A(L31_RES), A(X31), A(WS_Y), 33554432); /* residual */
-  rt_rmsnorm_forward(A(L31_LN2), R(L31_RSTD2), A(L31_RES), W(41947136), 8192, 4096, EPS); /* post_attention_layernorm */
-  rt_matmul_forward(A(L31_U), A(L31_LN2), W(100671488), NULL, 8192, 4096, 14336); /* up_proj */
-  rt_matmul_forward(A(L31_G), A(L31_LN2), W(41951232), NULL, 8192, 4096, 14336); /* gate_proj */
-  rt_swiglu_forward(A(L31_H), A(L31_G), A(L31_U), 117440512);
+  rt_add_rmsnorm_forward(A(L31_RES), A(L31_LN2), R(L31_RSTD2), A(X31), A(WS_Y), W(41947136), 8192, 4096, EPS); /* residual, post_attention_layernorm */
+  rt_matmul_forward(A(L31_GU), A(L31_LN2), W(41951232), NULL, 8192, 4096, 28672); /* gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L31_H), A(L31_GU), 8192, 14336);
   rt_matmul_forward(A(WS_Y), A(L31_H), W(159391744), NULL, 8192, 14336, 4096); /* down_proj */
   rt_add(A(X32), A(L31_RES), A(WS_Y), 33554432); /* residual */
 }
@@ -1658,27 +1563,18 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 /* layer 31 (dense), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L31_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L31_G), A(L31_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L31_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L31_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L31_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L31_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L31_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L31_RES), W(41947136), R(L31_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L31_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L31_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L31_Q), A(L31_K), A(L31_V), A(L31_ATT), R(L31_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L31_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L31_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L31_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(L31_RSTD1), 8192, 4096);
@@ -1687,27 +1583,18 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (dense), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L30_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L30_G), A(L30_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L30_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L30_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L30_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L30_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L30_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L30_RES), W(41947136), R(L30_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L30_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L30_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L30_Q), A(L30_K), A(L30_V), A(L30_ATT), R(L30_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L30_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L30_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L30_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(L30_RSTD1), 8192, 4096);
@@ -1716,27 +1603,18 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (dense), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L29_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L29_G), A(L29_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L29_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L29_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L29_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L29_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L29_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L29_RES), W(41947136), R(L29_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L29_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L29_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L29_Q), A(L29_K), A(L29_V), A(L29_ATT), R(L29_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L29_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L29_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L29_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(L29_RSTD1), 8192, 4096);
@@ -1745,27 +1623,18 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (dense), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L28_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L28_G), A(L28_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L28_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L28_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L28_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L28_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L28_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L28_RES), W(41947136), R(L28_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L28_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L28_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L28_Q), A(L28_K), A(L28_V), A(L28_ATT), R(L28_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L28_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L28_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L28_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(L28_RSTD1), 8192, 4096);
@@ -1774,27 +1643,18 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (dense), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L27_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L27_G), A(L27_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L27_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L27_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L27_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L27_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L27_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L27_RES), W(41947136), R(L27_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L27_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L27_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L27_Q), A(L27_K), A(L27_V), A(L27_ATT), R(L27_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L27_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L27_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L27_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(L27_RSTD1), 8192, 4096);
@@ -1803,27 +1663,18 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (dense), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L26_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L26_G), A(L26_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L26_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L26_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L26_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L26_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L26_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L26_RES), W(41947136), R(L26_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L26_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L26_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L26_Q), A(L26_K), A(L26_V), A(L26_ATT), R(L26_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L26_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L26_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L26_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(L26_RSTD1), 8192, 4096);
@@ -1832,27 +1683,18 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (dense), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L25_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L25_G), A(L25_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L25_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L25_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L25_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L25_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L25_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L25_RES), W(41947136), R(L25_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L25_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L25_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L25_Q), A(L25_K), A(L25_V), A(L25_ATT), R(L25_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L25_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L25_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L25_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(L25_RSTD1), 8192, 4096);
@@ -1861,27 +1703,18 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (dense), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L24_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L24_G), A(L24_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L24_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L24_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L24_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L24_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L24_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L24_RES), W(41947136), R(L24_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L24_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L24_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L24_Q), A(L24_K), A(L24_V), A(L24_ATT), R(L24_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L24_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L24_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L24_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(L24_RSTD1), 8192, 4096);
@@ -1890,27 +1723,18 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (dense), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L23_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L23_G), A(L23_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L23_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L23_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L23_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L23_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L23_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L23_RES), W(41947136), R(L23_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L23_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L23_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L23_Q), A(L23_K), A(L23_V), A(L23_ATT), R(L23_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L23_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L23_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L23_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(L23_RSTD1), 8192, 4096);
@@ -1919,27 +1743,18 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (dense), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L22_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L22_G), A(L22_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L22_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L22_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L22_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L22_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L22_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L22_RES), W(41947136), R(L22_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L22_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L22_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L22_Q), A(L22_K), A(L22_V), A(L22_ATT), R(L22_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L22_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L22_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L22_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(L22_RSTD1), 8192, 4096);
@@ -1948,27 +1763,18 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (dense), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L21_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L21_G), A(L21_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L21_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L21_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L21_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L21_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L21_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L21_RES), W(41947136), R(L21_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L21_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L21_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L21_Q), A(L21_K), A(L21_V), A(L21_ATT), R(L21_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L21_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L21_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L21_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(L21_RSTD1), 8192, 4096);
@@ -1977,27 +1783,18 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (dense), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L20_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L20_G), A(L20_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L20_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L20_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L20_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L20_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L20_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L20_RES), W(41947136), R(L20_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L20_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L20_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L20_Q), A(L20_K), A(L20_V), A(L20_ATT), R(L20_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L20_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L20_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L20_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(L20_RSTD1), 8192, 4096);
@@ -2006,27 +1803,18 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (dense), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L19_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L19_G), A(L19_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L19_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L19_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L19_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L19_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L19_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L19_RES), W(41947136), R(L19_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L19_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L19_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L19_Q), A(L19_K), A(L19_V), A(L19_ATT), R(L19_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L19_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L19_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L19_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(L19_RSTD1), 8192, 4096);
@@ -2035,27 +1823,18 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (dense), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L18_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L18_G), A(L18_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L18_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L18_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L18_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L18_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L18_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L18_RES), W(41947136), R(L18_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L18_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L18_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L18_Q), A(L18_K), A(L18_V), A(L18_ATT), R(L18_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L18_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L18_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L18_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(L18_RSTD1), 8192, 4096);
@@ -2064,27 +1843,18 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (dense), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L17_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L17_G), A(L17_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L17_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L17_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L17_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L17_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L17_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L17_RES), W(41947136), R(L17_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L17_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L17_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L17_Q), A(L17_K), A(L17_V), A(L17_ATT), R(L17_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L17_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L17_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L17_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(L17_RSTD1), 8192, 4096);
@@ -2093,27 +1863,18 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (dense), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L16_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L16_G), A(L16_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L16_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L16_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L16_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L16_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L16_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L16_RES), W(41947136), R(L16_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L16_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L16_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L16_Q), A(L16_K), A(L16_V), A(L16_ATT), R(L16_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L16_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L16_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L16_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(L16_RSTD1), 8192, 4096);
@@ -2122,27 +1883,18 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (dense), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L15_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L15_G), A(L15_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L15_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L15_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L15_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L15_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L15_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L15_RES), W(41947136), R(L15_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L15_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L15_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L15_Q), A(L15_K), A(L15_V), A(L15_ATT), R(L15_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L15_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L15_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L15_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(L15_RSTD1), 8192, 4096);
@@ -2151,27 +1903,18 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (dense), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L14_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L14_G), A(L14_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L14_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L14_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L14_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L14_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L14_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L14_RES), W(41947136), R(L14_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L14_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L14_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L14_Q), A(L14_K), A(L14_V), A(L14_ATT), R(L14_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L14_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L14_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L14_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(L14_RSTD1), 8192, 4096);
@@ -2180,27 +1923,18 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (dense), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L13_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L13_G), A(L13_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L13_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L13_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L13_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L13_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L13_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L13_RES), W(41947136), R(L13_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L13_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L13_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L13_Q), A(L13_K), A(L13_V), A(L13_ATT), R(L13_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L13_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L13_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L13_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(L13_RSTD1), 8192, 4096);
@@ -2209,27 +1943,18 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (dense), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L12_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L12_G), A(L12_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L12_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L12_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L12_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L12_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L12_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L12_RES), W(41947136), R(L12_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L12_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L12_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L12_Q), A(L12_K), A(L12_V), A(L12_ATT), R(L12_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L12_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L12_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L12_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(L12_RSTD1), 8192, 4096);
@@ -2238,27 +1963,18 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (dense), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L11_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L11_G), A(L11_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L11_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L11_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L11_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L11_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L11_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L11_RES), W(41947136), R(L11_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L11_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L11_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L11_Q), A(L11_K), A(L11_V), A(L11_ATT), R(L11_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L11_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L11_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L11_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(L11_RSTD1), 8192, 4096);
@@ -2267,27 +1983,18 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (dense), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L10_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L10_G), A(L10_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L10_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L10_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L10_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L10_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L10_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L10_RES), W(41947136), R(L10_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L10_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L10_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L10_Q), A(L10_K), A(L10_V), A(L10_ATT), R(L10_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L10_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L10_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L10_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(L10_RSTD1), 8192, 4096);
@@ -2296,27 +2003,18 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (dense), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L9_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L9_G), A(L9_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L9_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L9_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L9_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L9_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L9_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L9_RES), W(41947136), R(L9_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L9_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L9_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L9_Q), A(L9_K), A(L9_V), A(L9_ATT), R(L9_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L9_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L9_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L9_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(L9_RSTD1), 8192, 4096);
@@ -2325,27 +2023,18 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (dense), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L8_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L8_G), A(L8_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L8_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L8_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L8_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L8_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L8_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L8_RES), W(41947136), R(L8_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L8_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L8_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L8_Q), A(L8_K), A(L8_V), A(L8_ATT), R(L8_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L8_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L8_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L8_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(L8_RSTD1), 8192, 4096);
@@ -2354,27 +2043,18 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (dense), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L7_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L7_G), A(L7_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L7_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L7_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L7_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L7_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L7_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L7_RES), W(41947136), R(L7_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L7_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L7_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L7_Q), A(L7_K), A(L7_V), A(L7_ATT), R(L7_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L7_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L7_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L7_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(L7_RSTD1), 8192, 4096);
@@ -2383,27 +2063,18 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (dense), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L6_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L6_G), A(L6_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L6_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L6_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L6_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L6_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L6_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L6_RES), W(41947136), R(L6_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L6_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L6_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L6_Q), A(L6_K), A(L6_V), A(L6_ATT), R(L6_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L6_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L6_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L6_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(L6_RSTD1), 8192, 4096);
@@ -2412,27 +2083,18 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (dense), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L5_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L5_G), A(L5_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L5_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L5_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L5_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L5_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L5_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L5_RES), W(41947136), R(L5_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L5_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L5_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L5_Q), A(L5_K), A(L5_V), A(L5_ATT), R(L5_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L5_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L5_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L5_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(L5_RSTD1), 8192, 4096);
@@ -2441,27 +2103,18 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (dense), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L4_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L4_G), A(L4_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L4_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L4_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L4_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L4_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L4_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L4_RES), W(41947136), R(L4_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L4_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L4_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L4_Q), A(L4_K), A(L4_V), A(L4_ATT), R(L4_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L4_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L4_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L4_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(L4_RSTD1), 8192, 4096);
@@ -2470,27 +2123,18 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (dense), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L3_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L3_G), A(L3_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L3_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L3_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L3_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L3_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L3_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L3_RES), W(41947136), R(L3_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L3_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L3_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L3_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L3_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L3_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(L3_RSTD1), 8192, 4096);
@@ -2499,27 +2143,18 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (dense), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L2_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L2_G), A(L2_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L2_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L2_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L2_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L2_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L2_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L2_RES), W(41947136), R(L2_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L2_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L2_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L2_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L2_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L2_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(L2_RSTD1), 8192, 4096);
@@ -2528,27 +2163,18 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (dense), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_A), A(L1_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L1_G), A(L1_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L1_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L1_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_A), A(L1_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L1_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L1_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_B), A(DX_A), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(L1_RES), W(41947136), R(L1_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(L1_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(L1_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L1_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L1_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L1_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(L1_RSTD1), 8192, 4096);
@@ -2557,27 +2183,18 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (dense), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 33554432);
-  rt_zero(A(DH), 117440512);
-  rt_matmul_backward(A(DH), DW(159391744), NULL, A(DX_B), A(L0_H), W(159391744), 8192, 14336, 4096); /* down_proj */
-  rt_zero(A(DU), 117440512);
-  rt_zero(A(DG), 117440512);
-  rt_swiglu_backward(A(DG), A(DU), A(DH), A(L0_G), A(L0_U), 117440512);
-  rt_matmul_backward(A(DLN), DW(41951232), NULL, A(DG), A(L0_LN2), W(41951232), 8192, 4096, 14336); /* gate_proj */
-  rt_matmul_backward(A(DLN), DW(100671488), NULL, A(DU), A(L0_LN2), W(100671488), 8192, 4096, 14336); /* up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DH), DW(159391744), NULL, A(DX_B), A(L0_H), W(159391744), 8192, 14336, 4096); /* down_proj */
+  rt_swiglu_rows_backward(A(DGU), A(DH), A(L0_GU), 8192, 14336);
+  rt_matmul_backward_set(A(DLN), DW(41951232), NULL, A(DGU), A(L0_LN2), W(41951232), 8192, 4096, 28672); /* gate_proj, up_proj */
   rt_copy(A(DX_A), A(DX_B), 33554432); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(L0_RES), W(41947136), R(L0_RSTD2), 8192, 4096);
-  rt_zero(A(DATT), 33554432);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(L0_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 33554432);
-  rt_zero(A(DK), 8388608);
-  rt_zero(A(DV), 8388608);
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(L0_ATT), W(25169920), 8192, 4096, 4096); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 1, 8192, 32, 8, 128, 128);
   rt_rope_llama3_backward(A(DQ), 1, 8192, 32, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
   rt_rope_llama3_backward(A(DK), 1, 8192, 8, 128, 500000, 8, 1, 4, 8192); /* B, T, heads, head_dim, theta, rope_scaling factor, low_freq_factor, high_freq_factor, original_max_position */
-  rt_zero(A(DLN), 33554432);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQ), A(L0_LN1), W(4096), 8192, 4096, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(L0_LN1), W(16781312), 8192, 4096, 1024); /* k_proj */
   rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(L0_LN1), W(20975616), 8192, 4096, 1024); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(L0_RSTD1), 8192, 4096);

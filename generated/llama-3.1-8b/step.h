@@ -34,6 +34,7 @@
 #define HEAD_DIM 128 /* q and k */
 #define V_HEAD_DIM 128
 #define ATTENTION_CUDNN 1 /* the plan's attention: 1 cuDNN's fused flash attention, 0 the own kernels (plan_attention_cudnn) */
+#define QKV_FUSED 0 /* q, k, v: views of one row q | k | v (plan_qkv_fused) */
 #define EXPERTS 0
 #define TOP_K 0
 #define AUX_FREE 0

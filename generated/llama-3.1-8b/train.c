@@ -156,7 +156,7 @@ extern const unsigned long kernels_cu_len;
 static RtCudaConfig cuda_config(void) {
   return (RtCudaConfig){kernels_cu, kernels_cu_len, MTRT_CUDA_INCLUDE, TOKENS, HEADS, EXPERTS, TOP_K,
                         PLAN_CUBLAS_WORKSPACE_BYTES, MICRO_BATCH, SEQ_LEN, KV_HEADS, HEAD_DIM, V_HEAD_DIM,
-                        ATTENTION_CUDNN, EXPERT_LOOP_ROWS, PLAN_CP, 0};
+                        ATTENTION_CUDNN, EXPERT_LOOP_ROWS, PLAN_CP, 0, QKV_FUSED};
 }
 #endif
 

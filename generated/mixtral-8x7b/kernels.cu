@@ -118,6 +118,34 @@ extern "C" __global__ void rmsnorm_forward(act *out, float *rstd, const act *x, 
   }
 }
 
+// The residual add and the RMSNorm after it: res = x + y (residual_add's rounding), then
+// rmsnorm_forward of res's stored values into out, rstd; one row per block, as rmsnorm_forward.
+extern "C" __global__ void add_rmsnorm_forward(act *res, act *out, float *rstd, const act *x, const act *y,
+                                               const act *w) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * HIDDEN;
+  const Vec *xv = (const Vec *)(x + row), *yv = (const Vec *)(y + row), *wv = (const Vec *)w;
+  Vec *rv = (Vec *)(res + row), *ov = (Vec *)(out + row);
+  float ss = 0;
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec a = xv[i], b = yv[i], s;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      s.h[j] = to_act(f32(a.h[j]) + f32(b.h[j]));
+      ss += f32(s.h[j]) * f32(s.h[j]);
+    }
+    rv[i] = s;
+  }
+  float r = rsqrtf(block_sum(ss, shared) / HIDDEN + RMS_EPS);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) { // this thread's own res vectors
+    Vec a = rv[i], b = wv[i], o;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) o.h[j] = to_act(f32(a.h[j]) * r * f32(b.h[j]));
+    ov[i] = o;
+  }
+}
+
 // dx += r (dy w) − x r³ / C · Σ (dy w x) (dw: colsum_add). One block of ROW_THREADS threads
 // per RMS_BWD_ROWS rows (grid ceil(TOKENS / RMS_BWD_ROWS)).
 #define RMS_BWD_ROWS 16
@@ -269,8 +297,9 @@ extern "C" __global__ void colsum_add(act *dw, const act *a, const act *b, const
 // ==== templates/kernels/20-rope.cu: rotary position embeddings (plain, YaRN, Llama 3.1) ====
 
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
-// HEAD_DIM); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
-extern "C" __global__ void rope(act *x, int heads, float sign) {
+// HEAD_DIM), tokens ld elements apart (heads × HEAD_DIM, or a fused q | k | v row's width: its
+// first heads are q's and k's); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope(act *x, int heads, int ld, float sign) {
   int t = blockIdx.x, pos = t % SEQ_LEN;
   for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
     int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
@@ -279,7 +308,7 @@ extern "C" __global__ void rope(act *x, int heads, float sign) {
     double sd, cd;
     sincos((double)pos * exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA)), &sd, &cd);
     float c = (float)cd, s = sign * (float)sd;
-    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    act *p = x + (size_t)t * ld + h * HEAD_DIM;
     float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
     p[i] = to_act(a * c - b * s);
     p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
@@ -311,8 +340,9 @@ extern "C" __global__ void rope_yarn(act *x, int heads, float sign, float factor
 // RoPE with Llama 3.1's frequency scaling (model.rope_scaling type llama3; the cpu's
 // rt_rope_llama3_*): inverse frequency f = θ^(−2i/HEAD_DIM) of wavelength λ = 2π/f is kept where
 // λ < orig/high, divided by factor where λ > orig/low, and blended by s = (orig/λ − low)/(high −
-// low) between. Angles in double, as rope's. grid TOKENS, block heads × HEAD_DIM/2.
-extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float factor, float low, float high,
+// low) between. Angles in double, as rope's. Tokens ld elements apart, as rope's. grid TOKENS,
+// block heads × HEAD_DIM/2.
+extern "C" __global__ void rope_llama3(act *x, int heads, int ld, float sign, float factor, float low, float high,
                                        float orig) {
   int t = blockIdx.x, pos = t % SEQ_LEN;
   for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
@@ -327,7 +357,7 @@ extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float fact
     double sd, cd;
     sincos((double)pos * f, &sd, &cd);
     float c = (float)cd, s = sign * (float)sd;
-    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    act *p = x + (size_t)t * ld + h * HEAD_DIM;
     float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
     p[i] = to_act(a * c - b * s);
     p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
@@ -359,8 +389,8 @@ extern "C" __global__ void swiglu_forward(act *h, const act *g, const act *u, lo
 
 __device__ __forceinline__ void swiglu_backward_one(act *dg, act *du, const act *dh, const act *g, const act *u, long t) {
   float x = f32(g[t]), s = 1.f / (1.f + __expf(-x)), dy = f32(dh[t]);
-  dg[t] = to_act(f32(dg[t]) + dy * f32(u[t]) * s * (1.f + x * (1.f - s)));
-  du[t] = to_act(f32(du[t]) + dy * x * s);
+  dg[t] = to_act(dy * f32(u[t]) * s * (1.f + x * (1.f - s)));
+  du[t] = to_act(dy * x * s);
 }
 
 extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, long n) {
@@ -368,18 +398,37 @@ extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, cons
   SCALAR_TAIL(i, n, swiglu_backward_one(dg, du, dh, g, u, t))
   if (i >= n / VEC) return;
   Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], d = ((const Vec *)dh)[i];
-  Vec og = ((const Vec *)dg)[i], ou = ((const Vec *)du)[i];
+  Vec og, ou;
 #pragma unroll
   for (int j = 0; j < VEC; j++) {
     float x = f32(a.h[j]), s = 1.f / (1.f + __expf(-x)), up = f32(b.h[j]);
     float dy = f32(d.h[j]);
-    og.h[j] = to_act(f32(og.h[j]) + dy * up * s * (1.f + x * (1.f - s)));
-    ou.h[j] = to_act(f32(ou.h[j]) + dy * x * s);
+    og.h[j] = to_act(dy * up * s * (1.f + x * (1.f - s)));
+    ou.h[j] = to_act(dy * x * s);
   }
   ((Vec *)dg)[i] = og, ((Vec *)du)[i] = ou;
 }
 
-// GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx += dh gelu'(x).
+// SwiGLU over one fused gate|up projection's rows: gu (rows, 2F), row r's g at r·2F, its u at
+// r·2F + F; h (rows, F). One thread per element of h (n = rows · F).
+extern "C" __global__ void swiglu_rows_forward(act *h, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F;
+  h[i] = to_act(silu(f32(gu[r * 2 * F + j])) * f32(gu[r * 2 * F + F + j]));
+}
+
+// Its backward: dgu (rows, 2F) written, the same layout.
+extern "C" __global__ void swiglu_rows_backward(act *dgu, const act *dh, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F, g = r * 2 * F + j;
+  float x = f32(gu[g]), s = 1.f / (1.f + __expf(-x)), dy = f32(dh[i]);
+  dgu[g] = to_act(dy * f32(gu[g + F]) * s * (1.f + x * (1.f - s)));
+  dgu[g + F] = to_act(dy * x * s);
+}
+
+// GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx = dh gelu'(x).
 #define GELU_K 0.7978845608f // sqrt(2 / pi)
 extern "C" __global__ void gelu_forward(act *h, const act *x, long n) {
   long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -393,7 +442,7 @@ extern "C" __global__ void gelu_backward(act *dx, const act *dh, const act *x, l
   if (i >= n) return;
   float a = f32(x[i]), th = tanhf(GELU_K * (a + 0.044715f * a * a * a));
   float d = 0.5f * (1.f + th) + 0.5f * a * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * a * a);
-  dx[i] = to_act(f32(dx[i]) + f32(dh[i]) * d);
+  dx[i] = to_act(f32(dh[i]) * d);
 }
 
 // acc += x over n elements (a multiple of 8): a second branch's gradient or output.
@@ -457,7 +506,8 @@ extern "C" __global__ void residual_add(act *out, const act *a, const act *b, lo
 // recomputed in backward from the saved log-sum-exp (the structure of FlashAttention, Dao et
 // al. 2022, without its tiling: correct first, fast later). q (TOKENS, HEADS, HEAD_DIM); k
 // (TOKENS, KV_HEADS, HEAD_DIM); v (TOKENS, KV_HEADS, V_DIM); out (TOKENS, HEADS, V_DIM); lse
-// (TOKENS, HEADS). V_DIM is MLA's v_head_dim (HEAD_DIM = qk_nope + qk_rope there), else HEAD_DIM.
+// (TOKENS, HEADS). q, k, v (and dq, dk, dv) are read at token strides qld, kld, vld (elements:
+// HEADS·HEAD_DIM etc. when contiguous, the fused row's width when views of one QKV buffer). V_DIM is MLA's v_head_dim (HEAD_DIM = qk_nope + qk_rope there), else HEAD_DIM.
 // Block 128 threads = 4 warps.
 #ifndef V_DIM
 #define V_DIM HEAD_DIM
@@ -485,17 +535,18 @@ template <int W> __device__ __forceinline__ float row_dot(const float *a, const 
   return warp_sum(s);
 }
 
-extern "C" __global__ void attention_forward(act *out, float *lse, const act *q, const act *k, const act *v) {
+extern "C" __global__ void attention_forward(act *out, float *lse, const act *q, const act *k, const act *v, int qld, int kld,
+                                              int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
   float qr[DPL], acc[VPL], m = NEG_INF, l = 0;
-  load_row<HEAD_DIM>(qr, q + ((size_t)n * HEADS + h) * HEAD_DIM, lane);
+  load_row<HEAD_DIM>(qr, q + (size_t)n * qld + h * HEAD_DIM, lane);
 #pragma unroll
   for (int i = 0; i < VPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    size_t kv = (size_t)(first + j) * kld + kvh * HEAD_DIM, vv = (size_t)(first + j) * vld + kvh * V_DIM;
     float s = scale * row_dot<HEAD_DIM>(qr, k + kv, lane), mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
     l = l * corr + p;
 #pragma unroll
@@ -510,21 +561,22 @@ extern "C" __global__ void attention_forward(act *out, float *lse, const act *q,
   if (lane == 0) lse[(size_t)n * HEADS + h] = m + __logf(l);
 }
 
-// dq (added to) and delta = dout · out per (token, head), saved for attention_backward_dkv.
+// dq (written) and delta = dout · out per (token, head), saved for attention_backward_dkv.
 extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const act *dout, const act *q,
-                                                 const act *k, const act *v, const act *out, const float *lse) {
+                                                 const act *k, const act *v, const act *out, const float *lse,
+                                                 int qld, int kld, int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t row = ((size_t)n * HEADS + h) * HEAD_DIM, vrow = ((size_t)n * HEADS + h) * V_DIM;
+  size_t row = (size_t)n * qld + h * HEAD_DIM, vrow = ((size_t)n * HEADS + h) * V_DIM;
   float qr[DPL], dor[VPL], acc[DPL];
   load_row<HEAD_DIM>(qr, q + row, lane), load_row<V_DIM>(dor, dout + vrow, lane);
   float D = row_dot<V_DIM>(dor, out + vrow, lane), L = lse[(size_t)n * HEADS + h];
 #pragma unroll
   for (int i = 0; i < DPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    size_t kv = (size_t)(first + j) * kld + kvh * HEAD_DIM, vv = (size_t)(first + j) * vld + kvh * V_DIM;
     float p = __expf(scale * row_dot<HEAD_DIM>(qr, k + kv, lane) - L), ds = p * (row_dot<V_DIM>(dor, v + vv, lane) - D);
 #pragma unroll
     for (int i = 0; i < DPL; i++)
@@ -532,19 +584,20 @@ extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const ac
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(f32(dq[row + lane + 32 * i]) + acc[i]);
+    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(acc[i]);
   if (lane == 0) delta[(size_t)n * HEADS + h] = D;
 }
 
-// dk, dv (added to): one warp per (token j, KV head), summing over the GROUP query heads and the
+// dk, dv (written): one warp per (token j, KV head), summing over the GROUP query heads and the
 // queries t >= j that attend to it.
 extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                                  const act *v, const float *lse, const float *delta) {
+                                                  const act *v, const float *lse, const float *delta, int qld,
+                                                  int kld, int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * KV_HEADS) return;
   int n = w / KV_HEADS, kvh = w % KV_HEADS, j = n % SEQ_LEN, first = n - j;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t kv = ((size_t)n * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)n * KV_HEADS + kvh) * V_DIM;
+  size_t kv = (size_t)n * kld + kvh * HEAD_DIM, vv = (size_t)n * vld + kvh * V_DIM;
   float kr[DPL], vr[VPL], dkacc[DPL], dvacc[VPL];
   load_row<HEAD_DIM>(kr, k + kv, lane), load_row<V_DIM>(vr, v + vv, lane);
 #pragma unroll
@@ -554,7 +607,7 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   for (int g = 0; g < GROUP; g++) {
     int h = kvh * GROUP + g;
     for (int t = j; t < SEQ_LEN; t++) {
-      size_t row = ((size_t)(first + t) * HEADS + h) * HEAD_DIM, vrow = ((size_t)(first + t) * HEADS + h) * V_DIM;
+      size_t row = (size_t)(first + t) * qld + h * HEAD_DIM, vrow = ((size_t)(first + t) * HEADS + h) * V_DIM;
       float p = __expf(scale * row_dot<HEAD_DIM>(kr, q + row, lane) - lse[(size_t)(first + t) * HEADS + h]);
       float ds = p * (row_dot<V_DIM>(vr, dout + vrow, lane) - delta[(size_t)(first + t) * HEADS + h]);
 #pragma unroll
@@ -567,10 +620,10 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(f32(dk[kv + lane + 32 * i]) + dkacc[i]);
+    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(dkacc[i]);
 #pragma unroll
   for (int i = 0; i < VPL; i++)
-    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(f32(dv[vv + lane + 32 * i]) + dvacc[i]);
+    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(dvacc[i]);
 }
 
 // ---- MLA (DeepSeek-V2 §2.1; HF modeling_deepseek_v3.py): the cpu's rt_mla_kv_* and
@@ -1428,8 +1481,9 @@ extern "C" __global__ void seq_aux_loss_sum(float *out, const float *stats, int 
 // above the diagonal are never visited, the diagonal ones are masked elementwise.
 //   forward:  out, lse (overwritten)            flash_attention_forward
 //   backward: delta = rowsum(dout · out)        flash_attention_backward_prep
-//             dq += scale · dS K                flash_attention_backward_dq  (query tiles)
-//             dk += scale · dSᵀ Q, dv += Pᵀ dO  flash_attention_backward_dkv (key tiles, all GROUP heads)
+//             dq = scale · dS K                 flash_attention_backward_dq  (query tiles)
+//             dk = scale · dSᵀ Q, dv = Pᵀ dO    flash_attention_backward_dkv (key tiles, all GROUP heads)
+//   (dq, dk, dv overwritten: mtrt_ops.h's rt_attention_backward writes them)
 //   with P = exp(scale · Q Kᵀ − lse), dS = P ⊙ (dO Vᵀ − delta).
 // All shared memory is static (< 48 KB; launch with 0 dynamic bytes). Needs sm_80+ (bf16 wmma).
 // The kernels exist where HAVE_FLASH_ATTENTION is defined: head_dim a multiple of 16 up to 128,
@@ -1522,7 +1576,8 @@ __device__ __forceinline__ void flash_write(act *dst, size_t dst_ld, Acc *a, flo
 // 16w..16w+15, Q in registers, O in fp32 accumulators, the running max m and sum l per row held
 // by the lane pair that owns the row in the softmax (row lane / 2, columns half (lane % 2)).
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
-    flash_attention_forward(act *out, float *lse, const act *q, const act *k, const act *v) {
+    flash_attention_forward(act *out, float *lse, const act *q, const act *k, const act *v, int qld, int kld,
+                            int vld) {
   __shared__ __align__(128) bf16 kv[FLASH_BK * FLASH_LD]; // the Q tile, then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_SLD]; // scores S (16, FLASH_BK)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_PLD];   // probabilities P (16, FLASH_BK)
@@ -1535,7 +1590,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   bf16 *P = pb[w];
   int rows[ACC_N];
   acc_rows(rows, S, FLASH_SLD);
-  flash_load(kv, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(kv, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BQ);
   __syncthreads();
   FragA qf[HEAD_DIM / 16];
   Acc o[HEAD_DIM / 16];
@@ -1548,7 +1603,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * FLASH_BK;
     __syncthreads(); // every warp is done with kv (Q, or V of the last step)
-    flash_load(kv, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BK);
+    flash_load(kv, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BK);
     __syncthreads();
     // S (16, FLASH_BK) = Q_w Kᵀ
 #pragma unroll
@@ -1587,7 +1642,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
 #pragma unroll
       for (int i = 0; i < ACC_N; i++) o[d].x[i] *= rv[rows[i]];
     __syncthreads(); // every warp is done with K
-    flash_load(kv, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BK);
+    flash_load(kv, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BK);
     __syncthreads();
     // O += P V
     FragA pf[FLASH_BK / 16];
@@ -1624,14 +1679,14 @@ extern "C" __global__ void flash_attention_backward_prep(float *delta, const act
   if (lane == 0) delta[w] = s;
 }
 
-// dq += scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
+// dq = scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
 // FLASH_THREADS, static shared memory FLASH_DQ_SMEM bytes. Block (x, h, b): the queries of tile
 // qt (the last first) of head h in sequence b, over the key steps of FLASH_BB keys up to the
 // diagonal; warp w its rows 16w..16w+15 (Q, dO in registers, dQ in fp32 accumulators); in the
 // elementwise passes lane = key column, looping over the warp's 16 rows.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dq(act *dq, const act *dout, const act *q, const act *k, const act *v, const float *lse,
-                                const float *delta) {
+                                const float *delta, int qld, int kld, int vld) {
   __shared__ __align__(128) bf16 kvs[2 * FLASH_BB * FLASH_LD]; // the Q, then dO tile; then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // S, then dP (16, FLASH_BB)
   __shared__ __align__(128) bf16 dsb[FLASH_WARPS][16 * FLASH_BPLD];  // scale · dS (16, FLASH_BB)
@@ -1648,7 +1703,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   }
   FragA qf[HEAD_DIM / 16], of[HEAD_DIM / 16];
   Acc acc[HEAD_DIM / 16];
-  flash_load(kvs, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(kvs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) wmma::load_matrix_sync(qf[d], kvs + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
@@ -1662,8 +1717,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   }
   for (int k0 = 0; k0 < q0 + FLASH_BQ; k0 += FLASH_BB) {
     __syncthreads(); // every warp is done with kvs
-    flash_load(ks, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BB);
-    flash_load(vs, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BB);
+    flash_load(ks, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BB);
+    flash_load(vs, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BB);
     __syncthreads();
     if (k0 > tw + 15) continue; // every key of the step is after the warp's queries
     // S (16, FLASH_BB) = Q_w Kᵀ, then P = exp(scale · S − lse) of column j = k0 + lane
@@ -1716,11 +1771,11 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         wmma::mma_sync(acc[d], df[c], kb, acc[d]);
       }
   }
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dq + ((tok0 + tw) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, acc, S,
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dq + (tok0 + tw) * qld + h * HEAD_DIM, qld, acc, S,
                                                  FLASH_BSLD);
 }
 
-// dk += scale · dSᵀ Q, dv += Pᵀ dO: grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
+// dk = scale · dSᵀ Q, dv = Pᵀ dO (written): grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
 // FLASH_DKV_GRID, block FLASH_THREADS, static shared memory FLASH_DKV_SMEM bytes. Block (x, g, b):
 // the keys of tile x of KV head g in sequence b, over the GROUP query heads that read it and, for
 // each, the query steps of FLASH_BB queries from the diagonal on; warp w its keys 16w..16w+15 (K,
@@ -1728,7 +1783,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
 // K Qᵀ, dPᵀ = V dOᵀ; in the elementwise passes lane = query column, looping over the 16 keys.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                                 const float *lse, const float *delta) {
+                                 const float *lse, const float *delta, int qld, int kld, int vld) {
   __shared__ __align__(128) bf16 qds[2 * FLASH_BB * FLASH_LD]; // the K, then V tile; then Q and dO of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // Sᵀ, then dPᵀ (16, FLASH_BB)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_BPLD];   // Pᵀ (16, FLASH_BB)
@@ -1742,12 +1797,12 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   float *S = scr[w];
   FragA kf[HEAD_DIM / 16], vf[HEAD_DIM / 16];
   Acc dka[HEAD_DIM / 16], dva[HEAD_DIM / 16];
-  flash_load(qds, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(qds, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) wmma::load_matrix_sync(kf[d], qds + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
   __syncthreads();
-  flash_load(qds, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(qds, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) {
@@ -1758,7 +1813,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   for (int h = kvh * GROUP; h < (kvh + 1) * GROUP; h++)
     for (int q0 = k0; q0 < SEQ_LEN; q0 += FLASH_BB) {
       __syncthreads(); // every warp is done with qds, tl, td
-      flash_load(qs, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
+      flash_load(qs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BB);
       flash_load(dos, dout + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
       if (threadIdx.x < FLASH_BB) {
         tl[threadIdx.x] = lse[(tok0 + q0 + threadIdx.x) * HEADS + h];
@@ -1824,8 +1879,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
           wmma::mma_sync(dka[d], df[c], qb, dka[d]);
         }
     }
-  size_t row = ((tok0 + jw) * KV_HEADS + kvh) * HEAD_DIM;
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dk + row, KV_HEADS * HEAD_DIM, dka, S, FLASH_BSLD);
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dv + row, KV_HEADS * HEAD_DIM, dva, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dk + (tok0 + jw) * kld + kvh * HEAD_DIM, kld, dka, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dv + (tok0 + jw) * vld + kvh * HEAD_DIM, vld, dva, S, FLASH_BSLD);
 }
 #endif // HAVE_FLASH_ATTENTION

@@ -390,9 +390,7 @@
 #define XSLOT1                  38058258688 /*  536870912 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
 #define XSLOT2                  38595129600 /*  536870912 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
 #define WS_LN1                            0 /*  536870912 [activations.forward_layer]: attention norm output */
-#define WS_Q                      537133056 /*  536870912 [activations.forward_layer]: queries (rotated) */
-#define WS_K                     1074003968 /*  134217728 [activations.forward_layer]: keys (rotated) */
-#define WS_V                     1208221696 /*  134217728 [activations.forward_layer]: values */
+#define WS_QKV                    537133056 /*  805306368 [activations.forward_layer]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define WS_ATT                   1342439424 /*  536870912 [activations.forward_layer]: attention output */
 #define WS_RES                   1887698944 /*  536870912 [activations.forward_layer]: residual stream after attention */
 #define WS_LN2                   2424569856 /*  536870912 [activations.forward_layer]: mlp norm output */
@@ -409,9 +407,7 @@
 #define EDU                    (LWS + 3758096384) /* 3758096384 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
 #define EDH                    (LWS + 7516192768) /* 3758096384 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
 #define DATT                            LWS /*  536870912 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
-#define DQ                     (LWS + 536870912) /*  536870912 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
-#define DK                     (LWS + 1073741824) /*  134217728 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
-#define DV                     (LWS + 1207959552) /*  134217728 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
+#define DQKV                   (LWS + 536870912) /*  805306368 [workspace.shared]: gradient of the queries, keys and values, each token's row q | k | v: in LWS (the attention's backward) */
 #define WS_Y                            LWS /*  536870912 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
 #define LNF                             LWS /*  536870912 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 536870912) /* 1073741824 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
@@ -891,15 +887,11 @@ const RtTensor step_tensors[N_TENSORS] = {
  * saved boundary X0 (full checkpointing). */
 static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X0), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -915,15 +907,11 @@ static void layer0_forward(RtCtx *c, bool recompute) {
  * saved boundary X1 (full checkpointing). */
 static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X1), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -939,15 +927,11 @@ static void layer1_forward(RtCtx *c, bool recompute) {
  * saved boundary X2 (full checkpointing). */
 static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X2), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -963,15 +947,11 @@ static void layer2_forward(RtCtx *c, bool recompute) {
  * saved boundary X3 (full checkpointing). */
 static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X3), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -987,15 +967,11 @@ static void layer3_forward(RtCtx *c, bool recompute) {
  * saved boundary X4 (full checkpointing). */
 static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X4), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1011,15 +987,11 @@ static void layer4_forward(RtCtx *c, bool recompute) {
  * saved boundary X5 (full checkpointing). */
 static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X5), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1035,15 +1007,11 @@ static void layer5_forward(RtCtx *c, bool recompute) {
  * saved boundary X6 (full checkpointing). */
 static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X6), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1059,15 +1027,11 @@ static void layer6_forward(RtCtx *c, bool recompute) {
  * saved boundary X7 (full checkpointing). */
 static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X7), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1083,15 +1047,11 @@ static void layer7_forward(RtCtx *c, bool recompute) {
  * saved boundary X8 (full checkpointing). */
 static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X8), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1107,15 +1067,11 @@ static void layer8_forward(RtCtx *c, bool recompute) {
  * saved boundary X9 (full checkpointing). */
 static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X9), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1131,15 +1087,11 @@ static void layer9_forward(RtCtx *c, bool recompute) {
  * saved boundary X10 (full checkpointing). */
 static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X10), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1155,15 +1107,11 @@ static void layer10_forward(RtCtx *c, bool recompute) {
  * saved boundary X11 (full checkpointing). */
 static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X11), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1179,15 +1127,11 @@ static void layer11_forward(RtCtx *c, bool recompute) {
  * saved boundary X12 (full checkpointing). */
 static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X12), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1203,15 +1147,11 @@ static void layer12_forward(RtCtx *c, bool recompute) {
  * saved boundary X13 (full checkpointing). */
 static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X13), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1227,15 +1167,11 @@ static void layer13_forward(RtCtx *c, bool recompute) {
  * saved boundary X14 (full checkpointing). */
 static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X14), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1251,15 +1187,11 @@ static void layer14_forward(RtCtx *c, bool recompute) {
  * saved boundary X15 (full checkpointing). */
 static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X15), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1275,15 +1207,11 @@ static void layer15_forward(RtCtx *c, bool recompute) {
  * saved boundary X16 (full checkpointing). */
 static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X16), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1299,15 +1227,11 @@ static void layer16_forward(RtCtx *c, bool recompute) {
  * saved boundary X17 (full checkpointing). */
 static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X17), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1323,15 +1247,11 @@ static void layer17_forward(RtCtx *c, bool recompute) {
  * saved boundary X18 (full checkpointing). */
 static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X18), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1347,15 +1267,11 @@ static void layer18_forward(RtCtx *c, bool recompute) {
  * saved boundary X19 (full checkpointing). */
 static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X19), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1371,15 +1287,11 @@ static void layer19_forward(RtCtx *c, bool recompute) {
  * saved boundary X20 (full checkpointing). */
 static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X20), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1395,15 +1307,11 @@ static void layer20_forward(RtCtx *c, bool recompute) {
  * saved boundary X21 (full checkpointing). */
 static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X21), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1419,15 +1327,11 @@ static void layer21_forward(RtCtx *c, bool recompute) {
  * saved boundary X22 (full checkpointing). */
 static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X22), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1443,15 +1347,11 @@ static void layer22_forward(RtCtx *c, bool recompute) {
  * saved boundary X23 (full checkpointing). */
 static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X23), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1467,15 +1367,11 @@ static void layer23_forward(RtCtx *c, bool recompute) {
  * saved boundary X24 (full checkpointing). */
 static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X24), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1491,15 +1387,11 @@ static void layer24_forward(RtCtx *c, bool recompute) {
  * saved boundary X25 (full checkpointing). */
 static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X25), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1515,15 +1407,11 @@ static void layer25_forward(RtCtx *c, bool recompute) {
  * saved boundary X26 (full checkpointing). */
 static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X26), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1539,15 +1427,11 @@ static void layer26_forward(RtCtx *c, bool recompute) {
  * saved boundary X27 (full checkpointing). */
 static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X27), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1563,15 +1447,11 @@ static void layer27_forward(RtCtx *c, bool recompute) {
  * saved boundary X28 (full checkpointing). */
 static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X28), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1587,15 +1467,11 @@ static void layer28_forward(RtCtx *c, bool recompute) {
  * saved boundary X29 (full checkpointing). */
 static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X29), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1611,15 +1487,11 @@ static void layer29_forward(RtCtx *c, bool recompute) {
  * saved boundary X30 (full checkpointing). */
 static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X30), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1635,15 +1507,11 @@ static void layer30_forward(RtCtx *c, bool recompute) {
  * saved boundary X31 (full checkpointing). */
 static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(WS_LN1), R(WS_RSTD1), A(X31), W(0), 131072, 4096, EPS); /* input_layernorm */
-  rt_matmul_forward(A(WS_Q), A(WS_LN1), W(4096), NULL, 131072, 4096, 4096); /* q_proj */
-  rt_matmul_forward(A(WS_K), A(WS_LN1), W(16781312), NULL, 131072, 4096, 1024); /* k_proj */
-  rt_matmul_forward(A(WS_V), A(WS_LN1), W(20975616), NULL, 131072, 4096, 1024); /* v_proj */
-  rt_rope_forward(A(WS_Q), 4, 32768, 32, 128, 1000000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(WS_K), 4, 32768, 8, 128, 1000000);
-  rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 4, 32768, 32, 8, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(WS_QKV), A(WS_LN1), W(4096), NULL, 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(WS_QKV), 4, 32768, 32, 8, 128, 1000000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(WS_ATT), R(WS_LSE), A(WS_QKV), 4, 32768, 32, 8, 128); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(25169920), NULL, 131072, 4096, 4096); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 536870912); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(41947136), 131072, 4096, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
@@ -1658,12 +1526,13 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1671,30 +1540,23 @@ static void layer31_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1702,30 +1564,23 @@ static void layer30_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1733,30 +1588,23 @@ static void layer29_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1764,30 +1612,23 @@ static void layer28_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1795,30 +1636,23 @@ static void layer27_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1826,30 +1660,23 @@ static void layer26_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1857,30 +1684,23 @@ static void layer25_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1888,30 +1708,23 @@ static void layer24_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1919,30 +1732,23 @@ static void layer23_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1950,30 +1756,23 @@ static void layer22_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -1981,30 +1780,23 @@ static void layer21_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2012,30 +1804,23 @@ static void layer20_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2043,30 +1828,23 @@ static void layer19_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2074,30 +1852,23 @@ static void layer18_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2105,30 +1876,23 @@ static void layer17_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2136,30 +1900,23 @@ static void layer16_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2167,30 +1924,23 @@ static void layer15_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2198,30 +1948,23 @@ static void layer14_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2229,30 +1972,23 @@ static void layer13_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2260,30 +1996,23 @@ static void layer12_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2291,30 +2020,23 @@ static void layer11_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2322,30 +2044,23 @@ static void layer10_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2353,30 +2068,23 @@ static void layer9_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2384,30 +2092,23 @@ static void layer8_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2415,30 +2116,23 @@ static void layer7_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2446,30 +2140,23 @@ static void layer6_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2477,30 +2164,23 @@ static void layer5_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2508,30 +2188,23 @@ static void layer4_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2539,30 +2212,23 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2570,30 +2236,23 @@ static void layer2_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2601,30 +2260,23 @@ static void layer1_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_B), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 131072, 4096);
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 536870912);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
   rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
@@ -2632,18 +2284,10 @@ static void layer0_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 536870912); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(41947136), A(DLN), A(WS_RES), W(41947136), R(WS_RSTD2), 131072, 4096);
-  rt_zero(A(DATT), 536870912);
-  rt_matmul_backward(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
-  rt_zero(A(DQ), 536870912);
-  rt_zero(A(DK), 134217728);
-  rt_zero(A(DV), 134217728);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128, 128);
-  rt_rope_backward(A(DQ), 4, 32768, 32, 128, 1000000);
-  rt_rope_backward(A(DK), 4, 32768, 8, 128, 1000000);
-  rt_zero(A(DLN), 536870912);
-  rt_matmul_backward(A(DLN), DW(4096), NULL, A(DQ), A(WS_LN1), W(4096), 131072, 4096, 4096); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16781312), NULL, A(DK), A(WS_LN1), W(16781312), 131072, 4096, 1024); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(20975616), NULL, A(DV), A(WS_LN1), W(20975616), 131072, 4096, 1024); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(25169920), NULL, A(DX_A), A(WS_ATT), W(25169920), 131072, 4096, 4096); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(WS_QKV), A(WS_ATT), R(WS_LSE), 4, 32768, 32, 8, 128);
+  rt_rope_qkv_backward(A(DQKV), 4, 32768, 32, 8, 128, 1000000);
+  rt_matmul_backward_set(A(DLN), DW(4096), NULL, A(DQKV), A(WS_LN1), W(4096), 131072, 4096, 6144); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 131072, 4096);
 }
 

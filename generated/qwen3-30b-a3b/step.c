@@ -1383,8 +1383,7 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X0), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1409,8 +1408,7 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X1), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1435,8 +1433,7 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X2), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1461,8 +1458,7 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X3), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1487,8 +1483,7 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X4), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1513,8 +1508,7 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X5), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1539,8 +1533,7 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X6), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1565,8 +1558,7 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X7), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1591,8 +1583,7 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X8), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1617,8 +1608,7 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X9), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1643,8 +1633,7 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X10), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1669,8 +1658,7 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X11), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1695,8 +1683,7 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X12), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1721,8 +1708,7 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X13), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1747,8 +1733,7 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X14), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1773,8 +1758,7 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X15), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1799,8 +1783,7 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X16), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1825,8 +1808,7 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X17), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1851,8 +1833,7 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X18), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1877,8 +1858,7 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X19), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1903,8 +1883,7 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X20), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1929,8 +1908,7 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X21), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1955,8 +1933,7 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X22), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -1981,8 +1958,7 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X23), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2007,8 +1983,7 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X24), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2033,8 +2008,7 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X25), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2059,8 +2033,7 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X26), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2085,8 +2058,7 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X27), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2111,8 +2083,7 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X28), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2137,8 +2108,7 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X29), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2163,8 +2133,7 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X30), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2189,8 +2158,7 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X31), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2215,8 +2183,7 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X32), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2241,8 +2208,7 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X33), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2267,8 +2233,7 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X34), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2293,8 +2258,7 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X35), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2319,8 +2283,7 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X36), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2345,8 +2308,7 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X37), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2371,8 +2333,7 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X38), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2397,8 +2358,7 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X39), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2423,8 +2383,7 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X40), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2449,8 +2408,7 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X41), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2475,8 +2433,7 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X42), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2501,8 +2458,7 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X43), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2527,8 +2483,7 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X44), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2553,8 +2508,7 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X45), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2579,8 +2533,7 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X46), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2605,8 +2558,7 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_rope_forward(A(WS_K), 16, 4096, 4, 128, 1000000);
   rt_attention_forward(A(WS_ATT), R(WS_LSE), A(WS_Q), A(WS_K), A(WS_V), 16, 4096, 32, 4, 128, 128); /* B, T, heads, kv_heads, head_dim, v_head_dim */
   rt_matmul_forward(A(WS_Y), A(WS_ATT), W(10488064), NULL, 65536, 4096, 2048); /* o_proj */
-  rt_add(A(WS_RES), A(X47), A(WS_Y), 134217728); /* residual */
-  rt_rmsnorm_forward(A(WS_LN2), R(WS_RSTD2), A(WS_RES), W(18876672), 65536, 2048, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
@@ -2621,12 +2573,13 @@ static void layer47_forward(RtCtx *c, bool recompute) {
 /* layer 47 (MoE), backward: DX_A (gradient of X48) -> DX_B (gradient of X47); weight gradients
  * into DW and DWE. */
 static void layer47_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2634,11 +2587,7 @@ static void layer47_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2646,8 +2595,7 @@ static void layer47_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X47), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2656,12 +2604,13 @@ static void layer47_backward(RtCtx *c) {
 /* layer 46 (MoE), backward: DX_B (gradient of X47) -> DX_A (gradient of X46); weight gradients
  * into DW and DWE. */
 static void layer46_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2669,11 +2618,7 @@ static void layer46_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2681,8 +2626,7 @@ static void layer46_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X46), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2691,12 +2635,13 @@ static void layer46_backward(RtCtx *c) {
 /* layer 45 (MoE), backward: DX_A (gradient of X46) -> DX_B (gradient of X45); weight gradients
  * into DW and DWE. */
 static void layer45_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2704,11 +2649,7 @@ static void layer45_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2716,8 +2657,7 @@ static void layer45_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X45), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2726,12 +2666,13 @@ static void layer45_backward(RtCtx *c) {
 /* layer 44 (MoE), backward: DX_B (gradient of X45) -> DX_A (gradient of X44); weight gradients
  * into DW and DWE. */
 static void layer44_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2739,11 +2680,7 @@ static void layer44_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2751,8 +2688,7 @@ static void layer44_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X44), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2761,12 +2697,13 @@ static void layer44_backward(RtCtx *c) {
 /* layer 43 (MoE), backward: DX_A (gradient of X44) -> DX_B (gradient of X43); weight gradients
  * into DW and DWE. */
 static void layer43_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2774,11 +2711,7 @@ static void layer43_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2786,8 +2719,7 @@ static void layer43_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X43), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2796,12 +2728,13 @@ static void layer43_backward(RtCtx *c) {
 /* layer 42 (MoE), backward: DX_B (gradient of X43) -> DX_A (gradient of X42); weight gradients
  * into DW and DWE. */
 static void layer42_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2809,11 +2742,7 @@ static void layer42_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2821,8 +2750,7 @@ static void layer42_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X42), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2831,12 +2759,13 @@ static void layer42_backward(RtCtx *c) {
 /* layer 41 (MoE), backward: DX_A (gradient of X42) -> DX_B (gradient of X41); weight gradients
  * into DW and DWE. */
 static void layer41_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2844,11 +2773,7 @@ static void layer41_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2856,8 +2781,7 @@ static void layer41_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X41), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2866,12 +2790,13 @@ static void layer41_backward(RtCtx *c) {
 /* layer 40 (MoE), backward: DX_B (gradient of X41) -> DX_A (gradient of X40); weight gradients
  * into DW and DWE. */
 static void layer40_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2879,11 +2804,7 @@ static void layer40_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2891,8 +2812,7 @@ static void layer40_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X40), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2901,12 +2821,13 @@ static void layer40_backward(RtCtx *c) {
 /* layer 39 (MoE), backward: DX_A (gradient of X40) -> DX_B (gradient of X39); weight gradients
  * into DW and DWE. */
 static void layer39_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2914,11 +2835,7 @@ static void layer39_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2926,8 +2843,7 @@ static void layer39_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X39), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2936,12 +2852,13 @@ static void layer39_backward(RtCtx *c) {
 /* layer 38 (MoE), backward: DX_B (gradient of X39) -> DX_A (gradient of X38); weight gradients
  * into DW and DWE. */
 static void layer38_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2949,11 +2866,7 @@ static void layer38_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2961,8 +2874,7 @@ static void layer38_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X38), W(0), R(WS_RSTD1), 65536, 2048);
@@ -2971,12 +2883,13 @@ static void layer38_backward(RtCtx *c) {
 /* layer 37 (MoE), backward: DX_A (gradient of X38) -> DX_B (gradient of X37); weight gradients
  * into DW and DWE. */
 static void layer37_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -2984,11 +2897,7 @@ static void layer37_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -2996,8 +2905,7 @@ static void layer37_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X37), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3006,12 +2914,13 @@ static void layer37_backward(RtCtx *c) {
 /* layer 36 (MoE), backward: DX_B (gradient of X37) -> DX_A (gradient of X36); weight gradients
  * into DW and DWE. */
 static void layer36_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3019,11 +2928,7 @@ static void layer36_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3031,8 +2936,7 @@ static void layer36_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X36), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3041,12 +2945,13 @@ static void layer36_backward(RtCtx *c) {
 /* layer 35 (MoE), backward: DX_A (gradient of X36) -> DX_B (gradient of X35); weight gradients
  * into DW and DWE. */
 static void layer35_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3054,11 +2959,7 @@ static void layer35_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3066,8 +2967,7 @@ static void layer35_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X35), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3076,12 +2976,13 @@ static void layer35_backward(RtCtx *c) {
 /* layer 34 (MoE), backward: DX_B (gradient of X35) -> DX_A (gradient of X34); weight gradients
  * into DW and DWE. */
 static void layer34_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3089,11 +2990,7 @@ static void layer34_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3101,8 +2998,7 @@ static void layer34_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X34), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3111,12 +3007,13 @@ static void layer34_backward(RtCtx *c) {
 /* layer 33 (MoE), backward: DX_A (gradient of X34) -> DX_B (gradient of X33); weight gradients
  * into DW and DWE. */
 static void layer33_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3124,11 +3021,7 @@ static void layer33_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3136,8 +3029,7 @@ static void layer33_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X33), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3146,12 +3038,13 @@ static void layer33_backward(RtCtx *c) {
 /* layer 32 (MoE), backward: DX_B (gradient of X33) -> DX_A (gradient of X32); weight gradients
  * into DW and DWE. */
 static void layer32_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3159,11 +3052,7 @@ static void layer32_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3171,8 +3060,7 @@ static void layer32_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X32), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3181,12 +3069,13 @@ static void layer32_backward(RtCtx *c) {
 /* layer 31 (MoE), backward: DX_A (gradient of X32) -> DX_B (gradient of X31); weight gradients
  * into DW and DWE. */
 static void layer31_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3194,11 +3083,7 @@ static void layer31_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3206,8 +3091,7 @@ static void layer31_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X31), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3216,12 +3100,13 @@ static void layer31_backward(RtCtx *c) {
 /* layer 30 (MoE), backward: DX_B (gradient of X31) -> DX_A (gradient of X30); weight gradients
  * into DW and DWE. */
 static void layer30_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3229,11 +3114,7 @@ static void layer30_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3241,8 +3122,7 @@ static void layer30_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X30), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3251,12 +3131,13 @@ static void layer30_backward(RtCtx *c) {
 /* layer 29 (MoE), backward: DX_A (gradient of X30) -> DX_B (gradient of X29); weight gradients
  * into DW and DWE. */
 static void layer29_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3264,11 +3145,7 @@ static void layer29_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3276,8 +3153,7 @@ static void layer29_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X29), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3286,12 +3162,13 @@ static void layer29_backward(RtCtx *c) {
 /* layer 28 (MoE), backward: DX_B (gradient of X29) -> DX_A (gradient of X28); weight gradients
  * into DW and DWE. */
 static void layer28_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3299,11 +3176,7 @@ static void layer28_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3311,8 +3184,7 @@ static void layer28_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X28), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3321,12 +3193,13 @@ static void layer28_backward(RtCtx *c) {
 /* layer 27 (MoE), backward: DX_A (gradient of X28) -> DX_B (gradient of X27); weight gradients
  * into DW and DWE. */
 static void layer27_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3334,11 +3207,7 @@ static void layer27_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3346,8 +3215,7 @@ static void layer27_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X27), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3356,12 +3224,13 @@ static void layer27_backward(RtCtx *c) {
 /* layer 26 (MoE), backward: DX_B (gradient of X27) -> DX_A (gradient of X26); weight gradients
  * into DW and DWE. */
 static void layer26_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3369,11 +3238,7 @@ static void layer26_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3381,8 +3246,7 @@ static void layer26_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X26), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3391,12 +3255,13 @@ static void layer26_backward(RtCtx *c) {
 /* layer 25 (MoE), backward: DX_A (gradient of X26) -> DX_B (gradient of X25); weight gradients
  * into DW and DWE. */
 static void layer25_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3404,11 +3269,7 @@ static void layer25_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3416,8 +3277,7 @@ static void layer25_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X25), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3426,12 +3286,13 @@ static void layer25_backward(RtCtx *c) {
 /* layer 24 (MoE), backward: DX_B (gradient of X25) -> DX_A (gradient of X24); weight gradients
  * into DW and DWE. */
 static void layer24_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3439,11 +3300,7 @@ static void layer24_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3451,8 +3308,7 @@ static void layer24_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X24), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3461,12 +3317,13 @@ static void layer24_backward(RtCtx *c) {
 /* layer 23 (MoE), backward: DX_A (gradient of X24) -> DX_B (gradient of X23); weight gradients
  * into DW and DWE. */
 static void layer23_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3474,11 +3331,7 @@ static void layer23_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3486,8 +3339,7 @@ static void layer23_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X23), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3496,12 +3348,13 @@ static void layer23_backward(RtCtx *c) {
 /* layer 22 (MoE), backward: DX_B (gradient of X23) -> DX_A (gradient of X22); weight gradients
  * into DW and DWE. */
 static void layer22_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3509,11 +3362,7 @@ static void layer22_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3521,8 +3370,7 @@ static void layer22_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X22), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3531,12 +3379,13 @@ static void layer22_backward(RtCtx *c) {
 /* layer 21 (MoE), backward: DX_A (gradient of X22) -> DX_B (gradient of X21); weight gradients
  * into DW and DWE. */
 static void layer21_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3544,11 +3393,7 @@ static void layer21_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3556,8 +3401,7 @@ static void layer21_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X21), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3566,12 +3410,13 @@ static void layer21_backward(RtCtx *c) {
 /* layer 20 (MoE), backward: DX_B (gradient of X21) -> DX_A (gradient of X20); weight gradients
  * into DW and DWE. */
 static void layer20_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3579,11 +3424,7 @@ static void layer20_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3591,8 +3432,7 @@ static void layer20_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X20), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3601,12 +3441,13 @@ static void layer20_backward(RtCtx *c) {
 /* layer 19 (MoE), backward: DX_A (gradient of X20) -> DX_B (gradient of X19); weight gradients
  * into DW and DWE. */
 static void layer19_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3614,11 +3455,7 @@ static void layer19_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3626,8 +3463,7 @@ static void layer19_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X19), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3636,12 +3472,13 @@ static void layer19_backward(RtCtx *c) {
 /* layer 18 (MoE), backward: DX_B (gradient of X19) -> DX_A (gradient of X18); weight gradients
  * into DW and DWE. */
 static void layer18_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3649,11 +3486,7 @@ static void layer18_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3661,8 +3494,7 @@ static void layer18_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X18), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3671,12 +3503,13 @@ static void layer18_backward(RtCtx *c) {
 /* layer 17 (MoE), backward: DX_A (gradient of X18) -> DX_B (gradient of X17); weight gradients
  * into DW and DWE. */
 static void layer17_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3684,11 +3517,7 @@ static void layer17_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3696,8 +3525,7 @@ static void layer17_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X17), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3706,12 +3534,13 @@ static void layer17_backward(RtCtx *c) {
 /* layer 16 (MoE), backward: DX_B (gradient of X17) -> DX_A (gradient of X16); weight gradients
  * into DW and DWE. */
 static void layer16_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3719,11 +3548,7 @@ static void layer16_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3731,8 +3556,7 @@ static void layer16_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X16), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3741,12 +3565,13 @@ static void layer16_backward(RtCtx *c) {
 /* layer 15 (MoE), backward: DX_A (gradient of X16) -> DX_B (gradient of X15); weight gradients
  * into DW and DWE. */
 static void layer15_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3754,11 +3579,7 @@ static void layer15_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3766,8 +3587,7 @@ static void layer15_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X15), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3776,12 +3596,13 @@ static void layer15_backward(RtCtx *c) {
 /* layer 14 (MoE), backward: DX_B (gradient of X15) -> DX_A (gradient of X14); weight gradients
  * into DW and DWE. */
 static void layer14_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3789,11 +3610,7 @@ static void layer14_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3801,8 +3618,7 @@ static void layer14_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X14), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3811,12 +3627,13 @@ static void layer14_backward(RtCtx *c) {
 /* layer 13 (MoE), backward: DX_A (gradient of X14) -> DX_B (gradient of X13); weight gradients
  * into DW and DWE. */
 static void layer13_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3824,11 +3641,7 @@ static void layer13_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3836,8 +3649,7 @@ static void layer13_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X13), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3846,12 +3658,13 @@ static void layer13_backward(RtCtx *c) {
 /* layer 12 (MoE), backward: DX_B (gradient of X13) -> DX_A (gradient of X12); weight gradients
  * into DW and DWE. */
 static void layer12_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3859,11 +3672,7 @@ static void layer12_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3871,8 +3680,7 @@ static void layer12_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X12), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3881,12 +3689,13 @@ static void layer12_backward(RtCtx *c) {
 /* layer 11 (MoE), backward: DX_A (gradient of X12) -> DX_B (gradient of X11); weight gradients
  * into DW and DWE. */
 static void layer11_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3894,11 +3703,7 @@ static void layer11_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3906,8 +3711,7 @@ static void layer11_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X11), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3916,12 +3720,13 @@ static void layer11_backward(RtCtx *c) {
 /* layer 10 (MoE), backward: DX_B (gradient of X11) -> DX_A (gradient of X10); weight gradients
  * into DW and DWE. */
 static void layer10_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3929,11 +3734,7 @@ static void layer10_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3941,8 +3742,7 @@ static void layer10_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X10), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3951,12 +3751,13 @@ static void layer10_backward(RtCtx *c) {
 /* layer 9 (MoE), backward: DX_A (gradient of X10) -> DX_B (gradient of X9); weight gradients
  * into DW and DWE. */
 static void layer9_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3964,11 +3765,7 @@ static void layer9_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -3976,8 +3773,7 @@ static void layer9_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X9), W(0), R(WS_RSTD1), 65536, 2048);
@@ -3986,12 +3782,13 @@ static void layer9_backward(RtCtx *c) {
 /* layer 8 (MoE), backward: DX_B (gradient of X9) -> DX_A (gradient of X8); weight gradients
  * into DW and DWE. */
 static void layer8_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -3999,11 +3796,7 @@ static void layer8_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4011,8 +3804,7 @@ static void layer8_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X8), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4021,12 +3813,13 @@ static void layer8_backward(RtCtx *c) {
 /* layer 7 (MoE), backward: DX_A (gradient of X8) -> DX_B (gradient of X7); weight gradients
  * into DW and DWE. */
 static void layer7_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4034,11 +3827,7 @@ static void layer7_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4046,8 +3835,7 @@ static void layer7_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X7), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4056,12 +3844,13 @@ static void layer7_backward(RtCtx *c) {
 /* layer 6 (MoE), backward: DX_B (gradient of X7) -> DX_A (gradient of X6); weight gradients
  * into DW and DWE. */
 static void layer6_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4069,11 +3858,7 @@ static void layer6_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4081,8 +3866,7 @@ static void layer6_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X6), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4091,12 +3875,13 @@ static void layer6_backward(RtCtx *c) {
 /* layer 5 (MoE), backward: DX_A (gradient of X6) -> DX_B (gradient of X5); weight gradients
  * into DW and DWE. */
 static void layer5_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4104,11 +3889,7 @@ static void layer5_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4116,8 +3897,7 @@ static void layer5_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X5), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4126,12 +3906,13 @@ static void layer5_backward(RtCtx *c) {
 /* layer 4 (MoE), backward: DX_B (gradient of X5) -> DX_A (gradient of X4); weight gradients
  * into DW and DWE. */
 static void layer4_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4139,11 +3920,7 @@ static void layer4_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4151,8 +3928,7 @@ static void layer4_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X4), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4161,12 +3937,13 @@ static void layer4_backward(RtCtx *c) {
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4174,11 +3951,7 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4186,8 +3959,7 @@ static void layer3_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4196,12 +3968,13 @@ static void layer3_backward(RtCtx *c) {
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4209,11 +3982,7 @@ static void layer2_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4221,8 +3990,7 @@ static void layer2_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4231,12 +3999,13 @@ static void layer2_backward(RtCtx *c) {
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4244,11 +4013,7 @@ static void layer1_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_B), A(DX_A), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_B), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4256,8 +4021,7 @@ static void layer1_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(WS_RSTD1), 65536, 2048);
@@ -4266,12 +4030,13 @@ static void layer1_backward(RtCtx *c) {
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 134217728);
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
   rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
   rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
+  rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
   rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
@@ -4279,11 +4044,7 @@ static void layer0_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
   rt_copy(A(DX_A), A(DX_B), 134217728); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(18876672), A(DLN), A(WS_RES), W(18876672), R(WS_RSTD2), 65536, 2048);
-  rt_zero(A(DATT), 268435456);
-  rt_matmul_backward(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
-  rt_zero(A(DQ), 268435456);
-  rt_zero(A(DK), 33554432);
-  rt_zero(A(DV), 33554432);
+  rt_matmul_backward_set(A(DATT), DW(10488064), NULL, A(DX_A), A(WS_ATT), W(10488064), 65536, 4096, 2048); /* o_proj */
   rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(WS_Q), A(WS_K), A(WS_V), A(WS_ATT), R(WS_LSE), 16, 4096, 32, 4, 128, 128);
   rt_rope_backward(A(DQ), 16, 4096, 32, 128, 1000000);
   rt_rope_backward(A(DK), 16, 4096, 4, 128, 1000000);
@@ -4291,8 +4052,7 @@ static void layer0_backward(RtCtx *c) {
   rt_qk_norm_backward(A(DQR), DW(10487808), A(DQ), A(WS_QR), W(10487808), R(WS_RSTDQ), 2097152, 128); /* q_norm */
   rt_zero(A(DKR), 33554432);
   rt_qk_norm_backward(A(DKR), DW(10487936), A(DK), A(WS_KR), W(10487936), R(WS_RSTDK), 262144, 128); /* k_norm */
-  rt_zero(A(DLN), 134217728);
-  rt_matmul_backward(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
+  rt_matmul_backward_set(A(DLN), DW(2048), NULL, A(DQR), A(WS_LN1), W(2048), 65536, 2048, 4096); /* q_proj */
   rt_matmul_backward(A(DLN), DW(8390656), NULL, A(DKR), A(WS_LN1), W(8390656), 65536, 2048, 512); /* k_proj */
   rt_matmul_backward(A(DLN), DW(9439232), NULL, A(DV), A(WS_LN1), W(9439232), 65536, 2048, 512); /* v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(WS_RSTD1), 65536, 2048);

@@ -124,9 +124,7 @@
 #define X3                          5763456 /*      65536 [activations.saved[3]]: boundary: input of layer 3 (residual stream) */
 #define X4                         15082880 /*      65536 [activations.final_boundary]: output of the last layer */
 #define L0_LN1                        65536 /*      65536 [activations.saved[0]]: attention norm output */
-#define L0_Q                         132096 /*      65536 [activations.saved[0]]: queries (rotated) */
-#define L0_K                         197632 /*      32768 [activations.saved[0]]: keys (rotated) */
-#define L0_V                         230400 /*      32768 [activations.saved[0]]: values */
+#define L0_QKV                       132096 /*     131072 [activations.saved[0]]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define L0_ATT                       263168 /*      65536 [activations.saved[0]]: attention output */
 #define L0_RES                       332800 /*      65536 [activations.saved[0]]: residual stream after attention */
 #define L0_LN2                       398336 /*      65536 [activations.saved[0]]: mlp norm output */
@@ -135,13 +133,10 @@
 #define L0_EG                        741408 /*     262144 [activations.saved[0]]: routed experts' gate */
 #define L0_EU                       1003552 /*     262144 [activations.saved[0]]: routed experts' up */
 #define L0_EH                       1265696 /*     262144 [activations.saved[0]]: routed experts' activation */
-#define L0_SG                       1527840 /*     131072 [activations.saved[0]]: shared experts' gate */
-#define L0_SU                       1658912 /*     131072 [activations.saved[0]]: shared experts' up */
+#define L0_SGU                      1527840 /*     262144 [activations.saved[0]]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define L0_SH                       1789984 /*     131072 [activations.saved[0]]: shared experts' activation */
 #define L1_LN1                      1986688 /*      65536 [activations.saved[1]]: attention norm output */
-#define L1_Q                        2053248 /*      65536 [activations.saved[1]]: queries (rotated) */
-#define L1_K                        2118784 /*      32768 [activations.saved[1]]: keys (rotated) */
-#define L1_V                        2151552 /*      32768 [activations.saved[1]]: values */
+#define L1_QKV                      2053248 /*     131072 [activations.saved[1]]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define L1_ATT                      2184320 /*      65536 [activations.saved[1]]: attention output */
 #define L1_RES                      2253952 /*      65536 [activations.saved[1]]: residual stream after attention */
 #define L1_LN2                      2319488 /*      65536 [activations.saved[1]]: mlp norm output */
@@ -150,13 +145,10 @@
 #define L1_EG                       2662560 /*     262144 [activations.saved[1]]: routed experts' gate */
 #define L1_EU                       2924704 /*     262144 [activations.saved[1]]: routed experts' up */
 #define L1_EH                       3186848 /*     262144 [activations.saved[1]]: routed experts' activation */
-#define L1_SG                       3448992 /*     131072 [activations.saved[1]]: shared experts' gate */
-#define L1_SU                       3580064 /*     131072 [activations.saved[1]]: shared experts' up */
+#define L1_SGU                      3448992 /*     262144 [activations.saved[1]]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define L1_SH                       3711136 /*     131072 [activations.saved[1]]: shared experts' activation */
 #define L2_LN1                      3907840 /*      65536 [activations.saved[2]]: attention norm output */
-#define L2_Q                        3974400 /*      65536 [activations.saved[2]]: queries (rotated) */
-#define L2_K                        4039936 /*      32768 [activations.saved[2]]: keys (rotated) */
-#define L2_V                        4072704 /*      32768 [activations.saved[2]]: values */
+#define L2_QKV                      3974400 /*     131072 [activations.saved[2]]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define L2_ATT                      4105472 /*      65536 [activations.saved[2]]: attention output */
 #define L2_RES                      4175104 /*      65536 [activations.saved[2]]: residual stream after attention */
 #define L2_LN2                      4240640 /*      65536 [activations.saved[2]]: mlp norm output */
@@ -165,13 +157,10 @@
 #define L2_EG                       4583712 /*     262144 [activations.saved[2]]: routed experts' gate */
 #define L2_EU                       4845856 /*     262144 [activations.saved[2]]: routed experts' up */
 #define L2_EH                       5108000 /*     262144 [activations.saved[2]]: routed experts' activation */
-#define L2_SG                       5370144 /*     131072 [activations.saved[2]]: shared experts' gate */
-#define L2_SU                       5501216 /*     131072 [activations.saved[2]]: shared experts' up */
+#define L2_SGU                      5370144 /*     262144 [activations.saved[2]]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define L2_SH                       5632288 /*     131072 [activations.saved[2]]: shared experts' activation */
 #define L3_LN1                      5828992 /*      65536 [activations.saved[3]]: attention norm output */
-#define L3_Q                        5895552 /*      65536 [activations.saved[3]]: queries (rotated) */
-#define L3_K                        5961088 /*      32768 [activations.saved[3]]: keys (rotated) */
-#define L3_V                        5993856 /*      32768 [activations.saved[3]]: values */
+#define L3_QKV                      5895552 /*     131072 [activations.saved[3]]: queries and keys (rotated) and values: each token's row q | k | v, the fused projection's output */
 #define L3_ATT                      6026624 /*      65536 [activations.saved[3]]: attention output */
 #define L3_RES                      6096256 /*      65536 [activations.saved[3]]: residual stream after attention */
 #define L3_LN2                      6161792 /*      65536 [activations.saved[3]]: mlp norm output */
@@ -180,25 +169,20 @@
 #define L3_EG                       6504864 /*     262144 [activations.saved[3]]: routed experts' gate */
 #define L3_EU                       6767008 /*     262144 [activations.saved[3]]: routed experts' up */
 #define L3_EH                       7029152 /*     262144 [activations.saved[3]]: routed experts' activation */
-#define L3_SG                       7291296 /*     131072 [activations.saved[3]]: shared experts' gate */
-#define L3_SU                       7422368 /*     131072 [activations.saved[3]]: shared experts' up */
+#define L3_SGU                      7291296 /*     262144 [activations.saved[3]]: shared experts' gate and up: each token's row g | u, the fused projection's output */
 #define L3_SH                       7553440 /*     131072 [activations.saved[3]]: shared experts' activation */
 #define DX_A                       15213952 /*      65536 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
 #define DX_B                       15279488 /*      65536 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
 #define DLN                        15345024 /*      65536 [activations.grad_norm]: gradient of a norm's output */
 #define LWS                        14296448 /*     786432 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define EDG                             LWS /*     262144 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
-#define DSG                             EDG /*     131072 [workspace.shared]: shared experts' gate gradient: in EDG (one FFN's backward at a time) */
 #define EDU                    (LWS + 262144) /*     262144 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
-#define DSU                             EDU /*     131072 [workspace.shared]: shared experts' up gradient: in EDU (one FFN's backward at a time) */
 #define EDH                    (LWS + 524288) /*     262144 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
 #define DSH                             EDH /*     131072 [workspace.shared]: shared experts' activation gradient: in EDH (one FFN's backward at a time) */
+#define DSGU                            LWS /*     262144 [workspace.shared]: shared experts' gate and up's gradient, each token's row g | u: in LWS (an FFN's backward) */
 #define DATT                            LWS /*      65536 [workspace.shared]: gradient of the attention output: in LWS (the attention's backward) */
-#define DQ                     (LWS + 65536) /*      65536 [workspace.shared]: gradient of the queries: in LWS (the attention's backward) */
-#define DK                     (LWS + 131072) /*      32768 [workspace.shared]: gradient of the keys: in LWS (the attention's backward) */
-#define DV                     (LWS + 163840) /*      32768 [workspace.shared]: gradient of the values: in LWS (the attention's backward) */
+#define DQKV                   (LWS + 65536) /*     131072 [workspace.shared]: gradient of the queries, keys and values, each token's row q | k | v: in LWS (the attention's backward) */
 #define WS_Y                            LWS /*      65536 [workspace.shared]: a block's output before the residual add: in LWS (a layer's forward) */
-#define WS_Y2                  (LWS + 65536) /*      65536 [workspace.shared]: shared experts' output: in LWS (a layer's forward) */
 #define LNF                             LWS /*      65536 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 65536) /*     524288 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*       8192 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
@@ -287,28 +271,21 @@ const RtTensor step_tensors[N_TENSORS] = {
  * checkpointing: recompute is always false). */
 static void layer0_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(L0_LN1), R(L0_RSTD1), A(X0), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(A(L0_Q), A(L0_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(A(L0_K), A(L0_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(A(L0_V), A(L0_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(A(L0_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L0_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L0_ATT), R(L0_LSE), A(L0_Q), A(L0_K), A(L0_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(L0_QKV), A(L0_LN1), W(128), NULL, 512, 128, 256); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(L0_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(L0_ATT), R(L0_LSE), A(L0_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L0_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L0_RES), A(X0), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L0_LN2), R(L0_RSTD2), A(L0_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L0_RES), A(L0_LN2), R(L0_RSTD2), A(X0), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L0_LOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L0_IDX), R(L0_WTS), R(L0_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(A(L0_XP), A(L0_LN2), I(L0_POS), 512, 2, 128);
   rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0), WE(131072), WE(262144), I(L0_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
-  rt_matmul_forward(A(L0_SG), A(L0_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(L0_SU), A(L0_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(L0_SH), A(L0_SG), A(L0_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L0_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(L0_SGU), A(L0_LN2), W(50432), NULL, 512, 128, 512); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L0_SH), A(L0_SGU), 512, 256);
+  rt_matmul_forward(A(WS_Y), A(L0_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X1), A(L0_RES), A(WS_Y), 65536); /* residual */
 }
 
@@ -316,28 +293,21 @@ static void layer0_forward(RtCtx *c, bool recompute) {
  * checkpointing: recompute is always false). */
 static void layer1_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(L1_LN1), R(L1_RSTD1), A(X1), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(A(L1_Q), A(L1_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(A(L1_K), A(L1_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(A(L1_V), A(L1_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(A(L1_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L1_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L1_ATT), R(L1_LSE), A(L1_Q), A(L1_K), A(L1_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(L1_QKV), A(L1_LN1), W(128), NULL, 512, 128, 256); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(L1_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(L1_ATT), R(L1_LSE), A(L1_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L1_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L1_RES), A(X1), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L1_LN2), R(L1_RSTD2), A(L1_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L1_RES), A(L1_LN2), R(L1_RSTD2), A(X1), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L1_LOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L1_IDX), R(L1_WTS), R(L1_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(A(L1_XP), A(L1_LN2), I(L1_POS), 512, 2, 128);
   rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0), WE(131072), WE(262144), I(L1_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
-  rt_matmul_forward(A(L1_SG), A(L1_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(L1_SU), A(L1_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(L1_SH), A(L1_SG), A(L1_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L1_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(L1_SGU), A(L1_LN2), W(50432), NULL, 512, 128, 512); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L1_SH), A(L1_SGU), 512, 256);
+  rt_matmul_forward(A(WS_Y), A(L1_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X2), A(L1_RES), A(WS_Y), 65536); /* residual */
 }
 
@@ -345,28 +315,21 @@ static void layer1_forward(RtCtx *c, bool recompute) {
  * checkpointing: recompute is always false). */
 static void layer2_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(L2_LN1), R(L2_RSTD1), A(X2), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(A(L2_Q), A(L2_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(A(L2_K), A(L2_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(A(L2_V), A(L2_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(A(L2_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L2_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L2_ATT), R(L2_LSE), A(L2_Q), A(L2_K), A(L2_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(L2_QKV), A(L2_LN1), W(128), NULL, 512, 128, 256); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(L2_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(L2_ATT), R(L2_LSE), A(L2_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L2_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L2_RES), A(X2), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L2_LN2), R(L2_RSTD2), A(L2_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L2_RES), A(L2_LN2), R(L2_RSTD2), A(X2), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L2_LOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L2_IDX), R(L2_WTS), R(L2_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(A(L2_XP), A(L2_LN2), I(L2_POS), 512, 2, 128);
   rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0), WE(131072), WE(262144), I(L2_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
-  rt_matmul_forward(A(L2_SG), A(L2_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(L2_SU), A(L2_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(L2_SH), A(L2_SG), A(L2_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L2_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(L2_SGU), A(L2_LN2), W(50432), NULL, 512, 128, 512); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L2_SH), A(L2_SGU), 512, 256);
+  rt_matmul_forward(A(WS_Y), A(L2_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X3), A(L2_RES), A(WS_Y), 65536); /* residual */
 }
 
@@ -374,43 +337,32 @@ static void layer2_forward(RtCtx *c, bool recompute) {
  * checkpointing: recompute is always false). */
 static void layer3_forward(RtCtx *c, bool recompute) {
   rt_rmsnorm_forward(A(L3_LN1), R(L3_RSTD1), A(X3), W(0), 512, 128, EPS); /* input_layernorm */
-  rt_matmul_forward(A(L3_Q), A(L3_LN1), W(128), NULL, 512, 128, 128); /* q_proj */
-  rt_matmul_forward(A(L3_K), A(L3_LN1), W(16512), NULL, 512, 128, 64); /* k_proj */
-  rt_matmul_forward(A(L3_V), A(L3_LN1), W(24704), NULL, 512, 128, 64); /* v_proj */
-  rt_rope_forward(A(L3_Q), 2, 256, 4, 32, 10000); /* B, T, heads, head_dim, theta */
-  rt_rope_forward(A(L3_K), 2, 256, 2, 32, 10000);
-  rt_attention_forward(A(L3_ATT), R(L3_LSE), A(L3_Q), A(L3_K), A(L3_V), 2, 256, 4, 2, 32, 32); /* B, T, heads, kv_heads, head_dim, v_head_dim */
+  rt_matmul_forward(A(L3_QKV), A(L3_LN1), W(128), NULL, 512, 128, 256); /* q_proj, k_proj, v_proj */
+  rt_rope_qkv_forward(A(L3_QKV), 2, 256, 4, 2, 32, 10000); /* B, T, heads, kv_heads, head_dim, theta */
+  rt_attention_qkv_forward(A(L3_ATT), R(L3_LSE), A(L3_QKV), 2, 256, 4, 2, 32); /* B, T, heads, kv_heads, head_dim: q, k, v strided views of the rows */
   rt_matmul_forward(A(WS_Y), A(L3_ATT), W(32896), NULL, 512, 128, 128); /* o_proj */
-  rt_add(A(L3_RES), A(X3), A(WS_Y), 65536); /* residual */
-  rt_rmsnorm_forward(A(L3_LN2), R(L3_RSTD2), A(L3_RES), W(49280), 512, 128, EPS); /* post_attention_layernorm */
+  rt_add_rmsnorm_forward(A(L3_RES), A(L3_LN2), R(L3_RSTD2), A(X3), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L3_LOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L3_IDX), R(L3_WTS), R(L3_LOGITS), NULL, 512, 8, 2, false);
   if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(A(L3_XP), A(L3_LN2), I(L3_POS), 512, 2, 128);
   rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0), WE(131072), WE(262144), I(L3_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
-  rt_zero(A(WS_Y), 65536);
-  rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
-  rt_matmul_forward(A(L3_SG), A(L3_LN2), W(50432), NULL, 512, 128, 256); /* shared_experts.gate_proj */
-  rt_matmul_forward(A(L3_SU), A(L3_LN2), W(83200), NULL, 512, 128, 256); /* shared_experts.up_proj */
-  rt_swiglu_forward(A(L3_SH), A(L3_SG), A(L3_SU), 131072);
-  rt_matmul_forward(A(WS_Y2), A(L3_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
-  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);
+  rt_matmul_forward(A(L3_SGU), A(L3_LN2), W(50432), NULL, 512, 128, 512); /* shared_experts.gate_proj, up_proj */
+  rt_swiglu_rows_forward(A(L3_SH), A(L3_SGU), 512, 256);
+  rt_matmul_forward(A(WS_Y), A(L3_SH), W(115968), NULL, 512, 256, 128); /* shared_experts.down_proj */
+  rt_moe_combine(A(WS_Y), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128); /* + the routed experts' */
   rt_add(A(X4), A(L3_RES), A(WS_Y), 65536); /* residual */
 }
 
 /* layer 3 (MoE), backward: DX_A (gradient of X4) -> DX_B (gradient of X3); weight gradients
  * into DW and DWE. */
 static void layer3_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_A), A(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L3_SG), A(L3_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L3_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L3_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_A), A(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L3_SGU), 512, 256);
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L3_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
   rt_zero(A(L3_YP), 131072); /* the gradient of the token copies, in YP's bytes */
@@ -422,33 +374,21 @@ static void layer3_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L3_RES), W(49280), R(L3_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_B), A(L3_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L3_Q), A(L3_K), A(L3_V), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32, 32);
-  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L3_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L3_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L3_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_B), A(L3_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(L3_QKV), A(L3_ATT), R(L3_LSE), 2, 256, 4, 2, 32);
+  rt_rope_qkv_backward(A(DQKV), 2, 256, 4, 2, 32, 10000);
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQKV), A(L3_LN1), W(128), 512, 128, 256); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X3), W(0), R(L3_RSTD1), 512, 128);
 }
 
 /* layer 2 (MoE), backward: DX_B (gradient of X3) -> DX_A (gradient of X2); weight gradients
  * into DW and DWE. */
 static void layer2_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_B), A(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L2_SG), A(L2_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L2_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L2_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_B), A(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L2_SGU), 512, 256);
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L2_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
   rt_zero(A(L2_YP), 131072); /* the gradient of the token copies, in YP's bytes */
@@ -460,33 +400,21 @@ static void layer2_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L2_RES), W(49280), R(L2_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_A), A(L2_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L2_Q), A(L2_K), A(L2_V), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32, 32);
-  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L2_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L2_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L2_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_A), A(L2_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(L2_QKV), A(L2_ATT), R(L2_LSE), 2, 256, 4, 2, 32);
+  rt_rope_qkv_backward(A(DQKV), 2, 256, 4, 2, 32, 10000);
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQKV), A(L2_LN1), W(128), 512, 128, 256); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X2), W(0), R(L2_RSTD1), 512, 128);
 }
 
 /* layer 1 (MoE), backward: DX_A (gradient of X2) -> DX_B (gradient of X1); weight gradients
  * into DW and DWE. */
 static void layer1_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_A), A(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L1_SG), A(L1_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L1_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L1_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_A), A(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L1_SGU), 512, 256);
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L1_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
   rt_zero(A(L1_YP), 131072); /* the gradient of the token copies, in YP's bytes */
@@ -498,33 +426,21 @@ static void layer1_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_B), A(DX_A), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_B), DW(49280), A(DLN), A(L1_RES), W(49280), R(L1_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_B), A(L1_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L1_Q), A(L1_K), A(L1_V), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32, 32);
-  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L1_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L1_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L1_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_B), A(L1_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(L1_QKV), A(L1_ATT), R(L1_LSE), 2, 256, 4, 2, 32);
+  rt_rope_qkv_backward(A(DQKV), 2, 256, 4, 2, 32, 10000);
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQKV), A(L1_LN1), W(128), 512, 128, 256); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_B), DW(0), A(DLN), A(X1), W(0), R(L1_RSTD1), 512, 128);
 }
 
 /* layer 0 (MoE), backward: DX_B (gradient of X1) -> DX_A (gradient of X0); weight gradients
  * into DW and DWE. */
 static void layer0_backward(RtCtx *c) {
-  /* backward ops add into the gradients they are given: each is zeroed first */
-  rt_zero(A(DLN), 65536);
-  rt_zero(A(DSH), 131072);
-  rt_matmul_backward(A(DSH), DW(115968), NULL, A(DX_B), A(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
-  rt_zero(A(DSG), 131072);
-  rt_zero(A(DSU), 131072);
-  rt_swiglu_backward(A(DSG), A(DSU), A(DSH), A(L0_SG), A(L0_SU), 131072);
-  rt_matmul_backward(A(DLN), DW(50432), NULL, A(DSG), A(L0_LN2), W(50432), 512, 128, 256); /* shared gate_proj */
-  rt_matmul_backward(A(DLN), DW(83200), NULL, A(DSU), A(L0_LN2), W(83200), 512, 128, 256); /* shared up_proj */
+  /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
+   * activations' backward), later ones add; a buffer only adders reach is zeroed first */
+  rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_B), A(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
+  rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L0_SGU), 512, 256);
+  rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L0_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
   rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
   rt_zero(A(L0_YP), 131072); /* the gradient of the token copies, in YP's bytes */
@@ -536,18 +452,10 @@ static void layer0_backward(RtCtx *c) {
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */
   rt_copy(A(DX_A), A(DX_B), 65536); /* the residual passes the gradient through */
   rt_rmsnorm_backward(A(DX_A), DW(49280), A(DLN), A(L0_RES), W(49280), R(L0_RSTD2), 512, 128);
-  rt_zero(A(DATT), 65536);
-  rt_matmul_backward(A(DATT), DW(32896), NULL, A(DX_A), A(L0_ATT), W(32896), 512, 128, 128); /* o_proj */
-  rt_zero(A(DQ), 65536);
-  rt_zero(A(DK), 32768);
-  rt_zero(A(DV), 32768);
-  rt_attention_backward(A(DQ), A(DK), A(DV), A(DATT), A(L0_Q), A(L0_K), A(L0_V), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32, 32);
-  rt_rope_backward(A(DQ), 2, 256, 4, 32, 10000);
-  rt_rope_backward(A(DK), 2, 256, 2, 32, 10000);
-  rt_zero(A(DLN), 65536);
-  rt_matmul_backward(A(DLN), DW(128), NULL, A(DQ), A(L0_LN1), W(128), 512, 128, 128); /* q_proj */
-  rt_matmul_backward(A(DLN), DW(16512), NULL, A(DK), A(L0_LN1), W(16512), 512, 128, 64); /* k_proj */
-  rt_matmul_backward(A(DLN), DW(24704), NULL, A(DV), A(L0_LN1), W(24704), 512, 128, 64); /* v_proj */
+  rt_matmul_backward_set(A(DATT), DW(32896), NULL, A(DX_A), A(L0_ATT), W(32896), 512, 128, 128); /* o_proj */
+  rt_attention_qkv_backward(A(DQKV), A(DATT), A(L0_QKV), A(L0_ATT), R(L0_LSE), 2, 256, 4, 2, 32);
+  rt_rope_qkv_backward(A(DQKV), 2, 256, 4, 2, 32, 10000);
+  rt_matmul_backward_set(A(DLN), DW(128), NULL, A(DQKV), A(L0_LN1), W(128), 512, 128, 256); /* q_proj, k_proj, v_proj */
   rt_rmsnorm_backward(A(DX_A), DW(0), A(DLN), A(X0), W(0), R(L0_RSTD1), 512, 128);
 }
 

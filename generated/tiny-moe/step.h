@@ -36,6 +36,7 @@
 #define HEAD_DIM 32 /* q and k */
 #define V_HEAD_DIM 32
 #define ATTENTION_CUDNN 1 /* the plan's attention: 1 cuDNN's fused flash attention, 0 the own kernels (plan_attention_cudnn) */
+#define QKV_FUSED 1 /* q, k, v: views of one row q | k | v (plan_qkv_fused) */
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0

@@ -5,7 +5,8 @@
  * keeps a running max and sum per query and rescales the tile's output when the max grows (the
  * online softmax of Milakov & Gimelshein 2018, as in FlashAttention); the backward recomputes
  * the probabilities from the saved log-sum-exp and runs three GEMMs per block for dq, dk and dv
- * (Dao, FlashAttention-2, Algorithm 2). Scratch: two tiles of ATT_TQ × ATT_TK on the stack. */
+ * (Dao, FlashAttention-2, Algorithm 2). q, k and v may be strided views of one fused q | k | v row
+ * (rt_attention_qkv_*). Scratch: two tiles of ATT_TQ × ATT_TK on the stack. */
 #include <math.h>
 #include <string.h>
 
@@ -39,10 +40,12 @@ static void masked_exp(real *p, const real *s, const real *base, int m, int n, i
   }
 }
 
-void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
-                               int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
+/* rt_attention_span_forward with the rows of q, k and v ldq, ldk and ldv values apart (a fused
+ * q | k | v row's width, or each one's own). */
+static void span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S, int64_t lo,
+                         int64_t hi, int nh, int nkv, int hd, int vd, int ldq, int ldk, int ldv) {
   real scale = 1 / SQRT((real)hd), s[ATT_TQ * ATT_TK], p[ATT_TQ * ATT_TK], mx[ATT_TQ], sum[ATT_TQ], base[ATT_TQ];
-  int group = nh / nkv, ldq = nh * hd, ldo = nh * vd, ldk = nkv * hd, ldv = nkv * vd;
+  int group = nh / nkv, ldo = nh * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T;) {
@@ -82,19 +85,24 @@ void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, 
       }
 }
 
+void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int S,
+                               int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
+  span_forward(out, lse, q, k, v, B, T, S, lo, hi, nh, nkv, hd, vd, nh * hd, nkv * hd, nkv * vd);
+}
+
 void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
                           int nkv, int hd, int vd) {
   rt_attention_span_forward(out, lse, q, k, v, B, T, T, 0, T / 2, nh, nkv, hd, vd);
 }
 
 /* With P = softmax(S), D_i = Σ dO·O: dS = P (dO vᵀ − D); dq += scale dS k; dk += scale dSᵀ q;
- * dv += Pᵀ dO (Dao et al., FlashAttention-2, Algorithm 2). dq, dk or dv NULL: not computed. */
-void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                const act *v, const act *out, const real *lse, act *work, int B, int T, int S,
-                                int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
-  (void)work; /* the cuda backend's cuDNN scratch (mtrt_ops.h) */
+ * dv += Pᵀ dO (Dao et al., FlashAttention-2, Algorithm 2): ADDS into dq, dk, dv (NULL: not
+ * computed), whose rows are ldq, ldk and ldv values apart as q's, k's and v's. */
+static void span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
+                          const act *out, const real *lse, int B, int T, int S, int64_t lo, int64_t hi, int nh, int nkv,
+                          int hd, int vd, int ldq, int ldk, int ldv) {
   real scale = 1 / SQRT((real)hd), s[ATT_TQ * ATT_TK], p[ATT_TQ * ATT_TK], D[ATT_TQ], l[ATT_TQ];
-  int group = nh / nkv, ldq = nh * hd, ldo = nh * vd, ldk = nkv * hd, ldv = nkv * vd;
+  int group = nh / nkv, ldo = nh * vd;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < nh; h++)
       for (int t = 0; t < T;) {
@@ -131,7 +139,31 @@ void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, cons
       }
 }
 
+void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k,
+                                const act *v, const act *out, const real *lse, act *work, int B, int T, int S,
+                                int64_t lo, int64_t hi, int nh, int nkv, int hd, int vd) {
+  (void)work; /* the cuda backend's cuDNN scratch (mtrt_ops.h) */
+  span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, S, lo, hi, nh, nkv, hd, vd, nh * hd, nkv * hd, nkv * vd);
+}
+
 void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
                            const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
-  rt_attention_span_backward(dq, dk, dv, dout, q, k, v, out, lse, NULL, B, T, T, 0, T / 2, nh, nkv, hd, vd);
+  size_t n = (size_t)B * T; /* the span backward adds: this one writes (mtrt_ops.h) */
+  if (dq) memset(dq, 0, sizeof(act) * n * nh * hd);
+  if (dk) memset(dk, 0, sizeof(act) * n * nkv * hd);
+  if (dv) memset(dv, 0, sizeof(act) * n * nkv * vd);
+  span_backward(dq, dk, dv, dout, q, k, v, out, lse, B, T, T, 0, T / 2, nh, nkv, hd, vd, nh * hd, nkv * hd, nkv * vd);
+}
+
+void rt_attention_qkv_forward(act *out, real *lse, const act *qkv, int B, int T, int nh, int nkv, int hd) {
+  int w = (nh + 2 * nkv) * hd, kq = nh * hd, vq = kq + nkv * hd;
+  span_forward(out, lse, qkv, qkv + kq, qkv + vq, B, T, T, 0, T / 2, nh, nkv, hd, hd, w, w, w);
+}
+
+void rt_attention_qkv_backward(act *dqkv, const act *dout, const act *qkv, const act *out, const real *lse, int B,
+                               int T, int nh, int nkv, int hd) {
+  int w = (nh + 2 * nkv) * hd, kq = nh * hd, vq = kq + nkv * hd;
+  memset(dqkv, 0, sizeof(act) * (size_t)B * T * w); /* written (mtrt_ops.h) */
+  span_backward(dqkv, dqkv + kq, dqkv + vq, dout, qkv, qkv + kq, qkv + vq, out, lse, B, T, T, 0, T / 2, nh, nkv, hd,
+                hd, w, w, w);
 }

@@ -55,6 +55,12 @@ void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C) {
     for (int t = 0; t < T; t++) rt_accumulate(dwpe + (size_t)t * C, dx + ((size_t)b * T + t) * C, (size_t)C);
 }
 
+void rt_add_rmsnorm_forward(act *res, act *out, real *rstd, const act *x, const act *y, const act *w, int N, int C,
+                            real eps) {
+  rt_add(res, x, y, (size_t)N * C);
+  rt_rmsnorm_forward(out, rstd, res, w, N, C, eps);
+}
+
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps) {
   for (int n = 0; n < N; n++) {
     const real *xn = x + (size_t)n * C;
@@ -139,19 +145,31 @@ void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, in
       for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
 }
 
-void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
-                        int OC) {
-  if (dx) GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, 1, dx, IC);
+/* dx = dout · w + dx_beta dx; dw, dbias added. */
+static void matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC, real dx_beta) {
+  if (dx) GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1, dout, OC, w, IC, dx_beta, dx, IC);
   if (dw) GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1, dout, OC, x, IC, 1, dw, IC);
   if (dbias)
     for (int n = 0; n < N; n++)
       for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)n * OC + o];
 }
 
-/* Rotates each (i, i + rd/2) pair of the first rd channels of H heads `stride` apart by sign ×
- * angle (angle = pos · theta^(−2i/rd), pos = lo + t in the first half of the T tokens, hi + t − T/2
- * in the second: rt_rope_span_forward's; t itself with lo 0, hi T/2). */
-static void rope_span(real *x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi, real sign) {
+void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                        int OC) {
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 1);
+}
+
+void rt_matmul_backward_set(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC) {
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 0);
+}
+
+/* Rotates each (i, i + rd/2) pair of the first rd channels of H heads `stride` apart, tokens ld
+ * apart, by sign × angle (angle = pos · theta^(−2i/rd), pos = lo + t in the first half of the T
+ * tokens, hi + t − T/2 in the second: rt_rope_span_forward's; t itself with lo 0, hi T/2). */
+static void rope_span_ld(real *x, int B, int T, int H, int stride, size_t ld, int rd, real theta, int64_t lo,
+                         int64_t hi, real sign) {
   int half = rd / 2;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++)
@@ -160,12 +178,16 @@ static void rope_span(real *x, int B, int T, int H, int stride, int rd, real the
         real angle = sign * (real)pos * POW(theta, -2 * (real)i / (real)rd);
         real cs = COS(angle), sn = SIN(angle);
         for (int h = 0; h < H; h++) {
-          real *p = x + (((size_t)b * T + t) * H + h) * stride;
+          real *p = x + ((size_t)b * T + t) * ld + (size_t)h * stride;
           real a = p[i], c = p[i + half];
           p[i] = a * cs - c * sn;
           p[i + half] = a * sn + c * cs;
         }
       }
+}
+
+static void rope_span(real *x, int B, int T, int H, int stride, int rd, real theta, int64_t lo, int64_t hi, real sign) {
+  rope_span_ld(x, B, T, H, stride, (size_t)H * stride, rd, theta, lo, hi, sign);
 }
 
 static void rope_strided(real *x, int B, int T, int H, int stride, int rd, real theta, real sign) {
@@ -198,6 +220,13 @@ void rt_rope_strided_backward(act *dx, int B, int T, int H, int stride, int rd, 
 }
 void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, hd, theta, 1); }
 void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, hd, theta, -1); }
+/* q's and k's heads: the first nh + nkv of each fused row of (nh + 2 nkv) hd values */
+void rt_rope_qkv_forward(act *qkv, int B, int T, int nh, int nkv, int hd, real theta) {
+  rope_span_ld(qkv, B, T, nh + nkv, hd, (size_t)(nh + 2 * nkv) * hd, hd, theta, 0, T / 2, 1);
+}
+void rt_rope_qkv_backward(act *dqkv, int B, int T, int nh, int nkv, int hd, real theta) {
+  rope_span_ld(dqkv, B, T, nh + nkv, hd, (size_t)(nh + 2 * nkv) * hd, hd, theta, 0, T / 2, -1);
+}
 
 /* Llama 3.1's inverse frequency for pair i of hd (see mtrt_ops.h), in double. */
 static double llama3_inv_freq(int i, int hd, double theta, double factor, double low, double high, double orig) {
@@ -317,9 +346,18 @@ void rt_swiglu_forward(act *h, const act *g, const act *u, int64_t n) {
 void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     real s = sigmoid(g[i]);
-    if (dg) dg[i] += dh[i] * u[i] * s * (1 + g[i] * (1 - s));
-    if (du) du[i] += dh[i] * g[i] * s;
+    if (dg) dg[i] = dh[i] * u[i] * s * (1 + g[i] * (1 - s));
+    if (du) du[i] = dh[i] * g[i] * s;
   }
+}
+
+void rt_swiglu_rows_forward(act *h, const act *gu, int64_t rows, int F) {
+  for (int64_t r = 0; r < rows; r++) rt_swiglu_forward(h + r * F, gu + r * 2 * F, gu + r * 2 * F + F, F);
+}
+
+void rt_swiglu_rows_backward(act *dgu, const act *dh, const act *gu, int64_t rows, int F) {
+  for (int64_t r = 0; r < rows; r++)
+    rt_swiglu_backward(dgu + r * 2 * F, dgu + r * 2 * F + F, dh + r * F, gu + r * 2 * F, gu + r * 2 * F + F, F);
 }
 
 #define GELU_K 0.7978845608028654 /* sqrt(2/π) */
@@ -336,7 +374,7 @@ void rt_gelu_backward(act *dx, const act *dh, const act *x, int64_t n) {
     real a = x[i], inner = (real)GELU_K * (a + (real)0.044715 * a * a * a);
     real th = TANH(inner), sech2 = 1 - th * th;
     real d = (real)0.5 * (1 + th) + (real)0.5 * a * sech2 * (real)GELU_K * (1 + 3 * (real)0.044715 * a * a);
-    dx[i] += dh[i] * d;
+    dx[i] = dh[i] * d;
   }
 }
 

@@ -73,6 +73,16 @@ WRAP_ATTN(rt_attention_backward,
       const real *lse, int B, int T, int nh, int nkv, int hd, int vd),
      (dq, dk, dv, dout, q, k, v, out, lse, B, T, nh, nkv, hd, vd), RT_PROF_ATTENTION_BWD,
      2.5 * attn_flops(B, T, nh, hd, vd))
+WRAP_ATTN(rt_attention_qkv_forward, (act * out, real * lse, const act *qkv, int B, int T, int nh, int nkv, int hd),
+          (out, lse, qkv, B, T, nh, nkv, hd), RT_PROF_ATTENTION_FWD, attn_flops(B, T, nh, hd, hd))
+WRAP_ATTN(rt_attention_qkv_backward,
+          (act * dqkv, const act *dout, const act *qkv, const act *out, const real *lse, int B, int T, int nh, int nkv,
+           int hd),
+          (dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd), RT_PROF_ATTENTION_BWD, 2.5 * attn_flops(B, T, nh, hd, hd))
+WRAP(rt_rope_qkv_forward, (act * x, int B, int T, int nh, int nkv, int hd, real theta), (x, B, T, nh, nkv, hd, theta),
+     RT_PROF_ROPE, 0, B2 * 2 * B * (double)T * (nh + nkv) * hd)
+WRAP(rt_rope_qkv_backward, (act * dx, int B, int T, int nh, int nkv, int hd, real theta),
+     (dx, B, T, nh, nkv, hd, theta), RT_PROF_ROPE, 0, B2 * 4 * B * (double)T * (nh + nkv) * hd)
 /* context parallelism: T queries a rank holds against keys of sequences of S, its causal half on average */
 WRAP_ATTN(rt_attention_span_forward,
      (act * out, real * lse, const act *q, const act *k, const act *v, int B, int T, int S, int64_t lo, int64_t hi,
@@ -90,6 +100,9 @@ WRAP(rt_rope_span_backward, (act * dx, int B, int T, int H, int stride, int rd, 
      (dx, B, T, H, stride, rd, theta, lo, hi), RT_PROF_ROPE, 0, B2 * 4 * B * (double)T * H * rd)
 WRAP(rt_rmsnorm_forward, (act * out, real * rstd, const act *x, const act *w, int N, int C, real eps),
      (out, rstd, x, w, N, C, eps), RT_PROF_NORM, 0, B2 * 2 * N * (double)C)
+WRAP(rt_add_rmsnorm_forward,
+     (act * res, act * out, real * rstd, const act *x, const act *y, const act *w, int N, int C, real eps),
+     (res, out, rstd, x, y, w, N, C, eps), RT_PROF_NORM, 0, B2 * 4 * N * (double)C)
 WRAP(rt_rmsnorm_backward,
      (act * dx, real * dw, const act *dout, const act *x, const act *w, const real *rstd, int N, int C),
      (dx, dw, dout, x, w, rstd, N, C), RT_PROF_NORM, 0, B2 * 4 * N * (double)C)
@@ -111,6 +124,10 @@ WRAP(rt_rope_backward, (act * dx, int B, int T, int H, int hd, real theta), (dx,
      0, B2 * 4 * B * (double)T * H * hd)
 WRAP(rt_swiglu_forward, (act * h, const act *g, const act *u, int64_t n), (h, g, u, n), RT_PROF_ACTIVATION, 0,
      B2 * 3 * (double)n)
+WRAP(rt_swiglu_rows_forward, (act * h, const act *gu, int64_t rows, int F), (h, gu, rows, F), RT_PROF_ACTIVATION, 0,
+     B2 * 3 * (double)rows * F)
+WRAP(rt_swiglu_rows_backward, (act * dgu, const act *dh, const act *gu, int64_t rows, int F), (dgu, dh, gu, rows, F),
+     RT_PROF_ACTIVATION, 0, B2 * 5 * (double)rows * F)
 WRAP(rt_swiglu_backward, (act * dg, act * du, const act *dh, const act *g, const act *u, int64_t n),
      (dg, du, dh, g, u, n), RT_PROF_ACTIVATION, 0, B2 * 6 * (double)n)
 WRAP(rt_gelu_forward, (act * h, const act *x, int64_t n), (h, x, n), RT_PROF_ACTIVATION, 0, B2 * 2 * (double)n)

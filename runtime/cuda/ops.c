@@ -30,7 +30,8 @@ static const char *const kernel_names[K_COUNT] = {
     "ns_finish", "cast_act_f32", "round_bf16", "moe_count", "moe_positions", "moe_regroup",
     "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update",
     "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum", "moe_group_ptrs", "rope_span", "attention_span_forward",
-    "attention_span_backward_dq", "attention_span_backward_dkv", "cp_reverse", "scale_f32"};
+    "attention_span_backward_dq", "attention_span_backward_dkv", "cp_reverse", "scale_f32", "swiglu_rows_forward",
+    "swiglu_rows_backward", "add_rmsnorm_forward"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;
@@ -118,7 +119,7 @@ size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes, size_t
 }
 
 static int use_cudnn(void);
-static CuAttnShape attn_shape(int B, int T, int nh, int nkv, int hd, int vd);
+static CuAttnShape attn_shape_of(int B, int T, int nh, int nkv, int hd, int vd, int fused);
 
 void *cu_attn_workspace(void) { return cu.workspace; }
 size_t cu_attn_workspace_bytes(void) { return workspace_bytes(&cu.cfg); }
@@ -215,7 +216,8 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
     if (cfg->head_dim > 0 && cfg->cp > 1) {
       cu_attn_span_prepare();
     } else if (cfg->head_dim > 0) {
-      CuAttnShape a = attn_shape(cfg->batch, cfg->seq, cfg->heads, cfg->kv_heads, cfg->head_dim, cfg->v_head_dim);
+      CuAttnShape a = attn_shape_of(cfg->batch, cfg->seq, cfg->heads, cfg->kv_heads, cfg->head_dim, cfg->v_head_dim,
+                                    cfg->qkv_fused);
       cu_attn_cudnn_prepare(&a);
     }
   }
@@ -366,6 +368,12 @@ void rt_position_backward(act *dwpe, const act *dx, int B, int T, int C) {
 }
 
 /* eps: kernels.cu's RMS_EPS (1e-5, as step.c's EPS) */
+/* eps: kernels.cu's RMS_EPS, as rt_rmsnorm_forward's */
+void rt_add_rmsnorm_forward(act *res, act *out, real *rstd, const act *x, const act *y, const act *w, int N, int C,
+                            real eps) {
+  cu_launch(K_ADD_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&res, &out, &rstd, &x, &y, &w});
+}
+
 void rt_rmsnorm_forward(act *out, real *rstd, const act *x, const act *w, int N, int C, real eps) {
   cu_launch(K_RMSNORM_FORWARD, (unsigned)N, 128, (void *[]){&out, &rstd, &x, &w});
 }
@@ -421,18 +429,38 @@ void rt_matmul_forward(act *out, const act *x, const act *w, const act *bias, in
   if (bias) rt_bias_forward(out, bias, N, OC);
 }
 
-void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
-                        int OC) {
+/* dx = dout · w + dx_beta dx (beta 0: written, its old bytes unread); dw, dbias added. */
+static void matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC, float dx_beta) {
   if (dbias) rt_bias_backward(dbias, dout, N, OC);
-  if (dx) cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, CU_ACT, IC, dout, CU_ACT, OC, 1, dx, CU_ACT, IC);
+  if (dx)
+    cu_gemm("matmul backward dx", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, CU_ACT, IC, dout, CU_ACT, OC, dx_beta, dx,
+            CU_ACT, IC);
   if (dw) cu_gemm("matmul backward dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, CU_ACT, IC, dout, CU_ACT, OC, 1, dw, CU_ACT, IC);
 }
 
-static void rope(act *x, int B, int T, int H, float sign) {
-  cu_launch(K_ROPE, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign});
+void rt_matmul_backward(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                        int OC) {
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 1);
 }
-void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, 1.f); }
-void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, -1.f); }
+
+void rt_matmul_backward_set(act *dx, act *dw, act *dbias, const act *dout, const act *x, const act *w, int N, int IC,
+                            int OC) {
+  matmul_backward(dx, dw, dbias, dout, x, w, N, IC, OC, 0);
+}
+
+/* ld: elements between tokens (H x HEAD_DIM when contiguous). */
+static void rope(act *x, int B, int T, int H, int ld, float sign) {
+  cu_launch(K_ROPE, (unsigned)(B * T), 128, (void *[]){&x, &H, &ld, &sign});
+}
+void rt_rope_forward(act *x, int B, int T, int H, int hd, real theta) { rope(x, B, T, H, H * hd, 1.f); }
+void rt_rope_backward(act *dx, int B, int T, int H, int hd, real theta) { rope(dx, B, T, H, H * hd, -1.f); }
+void rt_rope_qkv_forward(act *qkv, int B, int T, int nh, int nkv, int hd, real theta) {
+  rope(qkv, B, T, nh + nkv, (nh + 2 * nkv) * hd, 1.f);
+}
+void rt_rope_qkv_backward(act *dqkv, int B, int T, int nh, int nkv, int hd, real theta) {
+  rope(dqkv, B, T, nh + nkv, (nh + 2 * nkv) * hd, -1.f);
+}
 
 /* RoPE on rd channels of each head (MLA's rope part): kernels.cu's rope_strided (θ the plan's);
  * YaRN (factor > 1) with the ramp's ends as rope_yarn computes them, over rd. */
@@ -500,18 +528,20 @@ void rt_rope_yarn_backward(act *dx, int B, int T, int H, int hd, real theta, rea
 }
 
 /* RoPE with Llama 3.1's scaling: kernels.cu's rope_llama3 (θ and head_dim are the plan's). */
-static void rope_llama3(act *x, int B, int T, int H, float sign, float factor, float low, float high, float orig) {
-  cu_launch(K_ROPE_LLAMA3, (unsigned)(B * T), 128, (void *[]){&x, &H, &sign, &factor, &low, &high, &orig});
+static void rope_llama3(act *x, int B, int T, int H, int hd, float sign, float factor, float low, float high,
+                        float orig) {
+  int ld = H * hd; /* contiguous heads */
+  cu_launch(K_ROPE_LLAMA3, (unsigned)(B * T), 128, (void *[]){&x, &H, &ld, &sign, &factor, &low, &high, &orig});
 }
 void rt_rope_llama3_forward(act *x, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                             real orig) {
-  (void)hd, (void)theta;
-  rope_llama3(x, B, T, H, 1.f, factor, low, high, orig);
+  (void)theta;
+  rope_llama3(x, B, T, H, hd, 1.f, factor, low, high, orig);
 }
 void rt_rope_llama3_backward(act *dx, int B, int T, int H, int hd, real theta, real factor, real low, real high,
                              real orig) {
-  (void)hd, (void)theta;
-  rope_llama3(dx, B, T, H, -1.f, factor, low, high, orig);
+  (void)theta;
+  rope_llama3(dx, B, T, H, hd, -1.f, factor, low, high, orig);
 }
 
 /* Attention: cuDNN's fused flash attention (attn_cudnn.c) in the bf16 build where the plan says
@@ -547,52 +577,94 @@ const char *cu_attention_name(void) {
 }
 
 /* The program's contiguous q (B,T,nh,hd), k (B,T,nkv,hd), v (B,T,nkv,vd), out (B,T,nh,vd) as views. */
-static CuAttnShape attn_shape(int B, int T, int nh, int nkv, int hd, int vd) {
+/* q, k, v at token strides qld, kld, vld (elements); out contiguous. */
+static CuAttnShape attn_shape_ld(int B, int T, int nh, int nkv, int hd, int vd, int64_t qld, int64_t kld, int64_t vld) {
   CuAttnShape a;
   memset(&a, 0, sizeof a);
   a.b = B, a.hq = nh, a.hkv = nkv, a.sq = a.skv = T, a.dqk = hd, a.dv = vd;
-  a.q = (CuAttnView){(int64_t)T * nh * hd, hd, (int64_t)nh * hd};
-  a.k = (CuAttnView){(int64_t)T * nkv * hd, hd, (int64_t)nkv * hd};
-  a.v = (CuAttnView){(int64_t)T * nkv * vd, vd, (int64_t)nkv * vd};
+  a.q = (CuAttnView){(int64_t)T * qld, hd, qld};
+  a.k = (CuAttnView){(int64_t)T * kld, hd, kld};
+  a.v = (CuAttnView){(int64_t)T * vld, vd, vld};
   a.o = (CuAttnView){(int64_t)T * nh * vd, vd, (int64_t)nh * vd};
   return a;
 }
 
-/* hd, vd: kernels.cu's HEAD_DIM and V_DIM (the flash kernels exist only where they are equal). */
-void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
-                          int nkv, int hd, int vd) {
-  if (use_cudnn()) {
-    CuAttnShape a = attn_shape(B, T, nh, nkv, hd, vd);
-    cu_attn_cudnn_forward(&a, out, lse, q, k, v);
-  } else if (use_flash())
-    cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128, (void *[]){&out, &lse, &q, &k, &v});
-  else
-    cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128, (void *[]){&out, &lse, &q, &k, &v});
+/* The attention's shape as the plan runs it: q, k, v contiguous, or views of one fused row
+ * q | k | v (qkv_fused: rt_attention_qkv_*). */
+static CuAttnShape attn_shape_of(int B, int T, int nh, int nkv, int hd, int vd, int fused) {
+  int64_t w = (int64_t)nh * hd + (int64_t)nkv * (hd + vd);
+  return fused ? attn_shape_ld(B, T, nh, nkv, hd, vd, w, w, w)
+               : attn_shape_ld(B, T, nh, nkv, hd, vd, (int64_t)nh * hd, (int64_t)nkv * hd, (int64_t)nkv * vd);
 }
 
-void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
+static CuAttnShape attn_shape(int B, int T, int nh, int nkv, int hd, int vd) {
+  return attn_shape_of(B, T, nh, nkv, hd, vd, 0);
+}
+
+/* hd, vd: kernels.cu's HEAD_DIM and V_DIM (the flash kernels exist only where they are equal);
+ * q, k, v (and dq, dk, dv) at the token strides of shape a. */
+static void attention_forward(const CuAttnShape *a, act *out, real *lse, const act *q, const act *k, const act *v) {
+  int B = (int)a->b, T = (int)a->sq, nh = (int)a->hq;
+  int qld = (int)a->q.token, kld = (int)a->k.token, vld = (int)a->v.token;
+  if (use_cudnn())
+    cu_attn_cudnn_forward(a, out, lse, q, k, v);
+  else if (use_flash())
+    cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,
+               (void *[]){&out, &lse, &q, &k, &v, &qld, &kld, &vld});
+  else
+    cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128,
+              (void *[]){&out, &lse, &q, &k, &v, &qld, &kld, &vld});
+}
+
+static void attention_backward(const CuAttnShape *a, act *dq, act *dk, act *dv, const act *dout, const act *q,
+                               const act *k, const act *v, const act *out, const real *lse) {
+  int B = (int)a->b, T = (int)a->sq, nh = (int)a->hq, nkv = (int)a->hkv;
+  int qld = (int)a->q.token, kld = (int)a->k.token, vld = (int)a->v.token;
   need(dq && dk && dv, "rt_attention_backward", "dq, dk and dv are required on the cuda backend");
   float *delta = cu.delta;
   if (use_cudnn()) {
-    need((size_t)B * T * nh * hd <= (size_t)cu.cfg.tokens * cu.cfg.heads * cu.cfg.head_dim, "rt_attention_backward",
+    need((size_t)B * T * nh * a->dqk <= (size_t)cu.cfg.tokens * cu.cfg.heads * cu.cfg.head_dim, "rt_attention_backward",
          "the shape fits the runtime's dQ accumulator (RtCudaConfig's tokens, heads, head_dim)");
-    CuAttnShape a = attn_shape(B, T, nh, nkv, hd, vd);
-    cu_attn_cudnn_backward(&a, dq, dk, dv, dout, q, k, v, out, lse, delta, cu.dqacc);
+    cu_attn_cudnn_backward(a, dq, dk, dv, dout, q, k, v, out, lse, delta, cu.dqacc);
     return;
   }
   if (use_flash()) {
     cu_launch(K_FLASH_BACKWARD_PREP, cu_blocks((long long)B * T * nh, 4), 128, (void *[]){&delta, &dout, &out});
     cu_launch3(K_FLASH_BACKWARD_DQ, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,
-               (void *[]){&dq, &dout, &q, &k, &v, &lse, &delta});
+               (void *[]){&dq, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld});
     cu_launch3(K_FLASH_BACKWARD_DKV, (unsigned)(T / 64), (unsigned)nkv, (unsigned)B, 128,
-               (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta});
+               (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld});
     return;
   }
   cu_launch(K_ATTENTION_BACKWARD_DQ, cu_blocks((long long)B * T * nh * 32, 128), 128,
-            (void *[]){&dq, &delta, &dout, &q, &k, &v, &out, &lse});
+            (void *[]){&dq, &delta, &dout, &q, &k, &v, &out, &lse, &qld, &kld, &vld});
   cu_launch(K_ATTENTION_BACKWARD_DKV, cu_blocks((long long)B * T * nkv * 32, 128), 128,
-            (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta});
+            (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld});
+}
+
+void rt_attention_forward(act *out, real *lse, const act *q, const act *k, const act *v, int B, int T, int nh,
+                          int nkv, int hd, int vd) {
+  CuAttnShape a = attn_shape(B, T, nh, nkv, hd, vd);
+  attention_forward(&a, out, lse, q, k, v);
+}
+
+void rt_attention_backward(act *dq, act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
+                           const act *out, const real *lse, int B, int T, int nh, int nkv, int hd, int vd) {
+  CuAttnShape a = attn_shape(B, T, nh, nkv, hd, vd);
+  attention_backward(&a, dq, dk, dv, dout, q, k, v, out, lse);
+}
+
+void rt_attention_qkv_forward(act *out, real *lse, const act *qkv, int B, int T, int nh, int nkv, int hd) {
+  CuAttnShape a = attn_shape_of(B, T, nh, nkv, hd, hd, 1);
+  const act *k = qkv + (size_t)nh * hd;
+  attention_forward(&a, out, lse, qkv, k, k + (size_t)nkv * hd);
+}
+
+void rt_attention_qkv_backward(act *dqkv, const act *dout, const act *qkv, const act *out, const real *lse, int B,
+                               int T, int nh, int nkv, int hd) {
+  CuAttnShape a = attn_shape_of(B, T, nh, nkv, hd, hd, 1);
+  size_t kq = (size_t)nh * hd, vq = kq + (size_t)nkv * hd;
+  attention_backward(&a, dqkv, dqkv + kq, dqkv + vq, dout, qkv, qkv + kq, qkv + vq, out, lse);
 }
 
 /* The kernels take long n: ln is that type exactly (launch arguments go by pointer). */
@@ -606,6 +678,16 @@ void rt_swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act
   need(dg && du, "rt_swiglu_backward", "dg and du are required on the cuda backend");
   long ln = (long)n;
   if (ln) cu_launch(K_SWIGLU_BACKWARD, vec_blocks(ln), 256, (void *[]){&dg, &du, &dh, &g, &u, &ln});
+}
+
+void rt_swiglu_rows_forward(act *h, const act *gu, int64_t rows, int F) {
+  long n = (long)(rows * F);
+  if (n) cu_launch(K_SWIGLU_ROWS_FORWARD, cu_blocks(n, 256), 256, (void *[]){&h, &gu, &n, &F});
+}
+
+void rt_swiglu_rows_backward(act *dgu, const act *dh, const act *gu, int64_t rows, int F) {
+  long n = (long)(rows * F);
+  if (n) cu_launch(K_SWIGLU_ROWS_BACKWARD, cu_blocks(n, 256), 256, (void *[]){&dgu, &dh, &gu, &n, &F});
 }
 
 void rt_gelu_forward(act *h, const act *x, int64_t n) {

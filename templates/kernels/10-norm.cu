@@ -45,6 +45,34 @@ extern "C" __global__ void rmsnorm_forward(act *out, float *rstd, const act *x, 
   }
 }
 
+// The residual add and the RMSNorm after it: res = x + y (residual_add's rounding), then
+// rmsnorm_forward of res's stored values into out, rstd; one row per block, as rmsnorm_forward.
+extern "C" __global__ void add_rmsnorm_forward(act *res, act *out, float *rstd, const act *x, const act *y,
+                                               const act *w) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * HIDDEN;
+  const Vec *xv = (const Vec *)(x + row), *yv = (const Vec *)(y + row), *wv = (const Vec *)w;
+  Vec *rv = (Vec *)(res + row), *ov = (Vec *)(out + row);
+  float ss = 0;
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec a = xv[i], b = yv[i], s;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      s.h[j] = to_act(f32(a.h[j]) + f32(b.h[j]));
+      ss += f32(s.h[j]) * f32(s.h[j]);
+    }
+    rv[i] = s;
+  }
+  float r = rsqrtf(block_sum(ss, shared) / HIDDEN + RMS_EPS);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) { // this thread's own res vectors
+    Vec a = rv[i], b = wv[i], o;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) o.h[j] = to_act(f32(a.h[j]) * r * f32(b.h[j]));
+    ov[i] = o;
+  }
+}
+
 // dx += r (dy w) − x r³ / C · Σ (dy w x) (dw: colsum_add). One block of ROW_THREADS threads
 // per RMS_BWD_ROWS rows (grid ceil(TOKENS / RMS_BWD_ROWS)).
 #define RMS_BWD_ROWS 16

@@ -1,8 +1,9 @@
 // ==== templates/kernels/20-rope.cu: rotary position embeddings (plain, YaRN, Llama 3.1) ====
 
 // RoPE (Su et al. 2021), half-split pairs (i, i + HEAD_DIM/2), in place on x (TOKENS, heads,
-// HEAD_DIM); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
-extern "C" __global__ void rope(act *x, int heads, float sign) {
+// HEAD_DIM), tokens ld elements apart (heads × HEAD_DIM, or a fused q | k | v row's width: its
+// first heads are q's and k's); sign -1 rotates back (the backward). grid TOKENS, block heads × HEAD_DIM/2.
+extern "C" __global__ void rope(act *x, int heads, int ld, float sign) {
   int t = blockIdx.x, pos = t % SEQ_LEN;
   for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
     int h = k / (HEAD_DIM / 2), i = k % (HEAD_DIM / 2);
@@ -11,7 +12,7 @@ extern "C" __global__ void rope(act *x, int heads, float sign) {
     double sd, cd;
     sincos((double)pos * exp2(-2.0 * i / HEAD_DIM * log2((double)ROPE_THETA)), &sd, &cd);
     float c = (float)cd, s = sign * (float)sd;
-    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    act *p = x + (size_t)t * ld + h * HEAD_DIM;
     float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
     p[i] = to_act(a * c - b * s);
     p[i + HEAD_DIM / 2] = to_act(a * s + b * c);
@@ -43,8 +44,9 @@ extern "C" __global__ void rope_yarn(act *x, int heads, float sign, float factor
 // RoPE with Llama 3.1's frequency scaling (model.rope_scaling type llama3; the cpu's
 // rt_rope_llama3_*): inverse frequency f = θ^(−2i/HEAD_DIM) of wavelength λ = 2π/f is kept where
 // λ < orig/high, divided by factor where λ > orig/low, and blended by s = (orig/λ − low)/(high −
-// low) between. Angles in double, as rope's. grid TOKENS, block heads × HEAD_DIM/2.
-extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float factor, float low, float high,
+// low) between. Angles in double, as rope's. Tokens ld elements apart, as rope's. grid TOKENS,
+// block heads × HEAD_DIM/2.
+extern "C" __global__ void rope_llama3(act *x, int heads, int ld, float sign, float factor, float low, float high,
                                        float orig) {
   int t = blockIdx.x, pos = t % SEQ_LEN;
   for (int k = threadIdx.x; k < heads * (HEAD_DIM / 2); k += blockDim.x) {
@@ -59,7 +61,7 @@ extern "C" __global__ void rope_llama3(act *x, int heads, float sign, float fact
     double sd, cd;
     sincos((double)pos * f, &sd, &cd);
     float c = (float)cd, s = sign * (float)sd;
-    act *p = x + ((size_t)t * heads + h) * HEAD_DIM;
+    act *p = x + (size_t)t * ld + h * HEAD_DIM;
     float a = f32(p[i]), b = f32(p[i + HEAD_DIM / 2]);
     p[i] = to_act(a * c - b * s);
     p[i + HEAD_DIM / 2] = to_act(a * s + b * c);

@@ -23,8 +23,8 @@ extern "C" __global__ void swiglu_forward(act *h, const act *g, const act *u, lo
 
 __device__ __forceinline__ void swiglu_backward_one(act *dg, act *du, const act *dh, const act *g, const act *u, long t) {
   float x = f32(g[t]), s = 1.f / (1.f + __expf(-x)), dy = f32(dh[t]);
-  dg[t] = to_act(f32(dg[t]) + dy * f32(u[t]) * s * (1.f + x * (1.f - s)));
-  du[t] = to_act(f32(du[t]) + dy * x * s);
+  dg[t] = to_act(dy * f32(u[t]) * s * (1.f + x * (1.f - s)));
+  du[t] = to_act(dy * x * s);
 }
 
 extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, const act *g, const act *u, long n) {
@@ -32,18 +32,37 @@ extern "C" __global__ void swiglu_backward(act *dg, act *du, const act *dh, cons
   SCALAR_TAIL(i, n, swiglu_backward_one(dg, du, dh, g, u, t))
   if (i >= n / VEC) return;
   Vec a = ((const Vec *)g)[i], b = ((const Vec *)u)[i], d = ((const Vec *)dh)[i];
-  Vec og = ((const Vec *)dg)[i], ou = ((const Vec *)du)[i];
+  Vec og, ou;
 #pragma unroll
   for (int j = 0; j < VEC; j++) {
     float x = f32(a.h[j]), s = 1.f / (1.f + __expf(-x)), up = f32(b.h[j]);
     float dy = f32(d.h[j]);
-    og.h[j] = to_act(f32(og.h[j]) + dy * up * s * (1.f + x * (1.f - s)));
-    ou.h[j] = to_act(f32(ou.h[j]) + dy * x * s);
+    og.h[j] = to_act(dy * up * s * (1.f + x * (1.f - s)));
+    ou.h[j] = to_act(dy * x * s);
   }
   ((Vec *)dg)[i] = og, ((Vec *)du)[i] = ou;
 }
 
-// GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx += dh gelu'(x).
+// SwiGLU over one fused gate|up projection's rows: gu (rows, 2F), row r's g at r·2F, its u at
+// r·2F + F; h (rows, F). One thread per element of h (n = rows · F).
+extern "C" __global__ void swiglu_rows_forward(act *h, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F;
+  h[i] = to_act(silu(f32(gu[r * 2 * F + j])) * f32(gu[r * 2 * F + F + j]));
+}
+
+// Its backward: dgu (rows, 2F) written, the same layout.
+extern "C" __global__ void swiglu_rows_backward(act *dgu, const act *dh, const act *gu, long n, int F) {
+  long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long r = i / F, j = i % F, g = r * 2 * F + j;
+  float x = f32(gu[g]), s = 1.f / (1.f + __expf(-x)), dy = f32(dh[i]);
+  dgu[g] = to_act(dy * f32(gu[g + F]) * s * (1.f + x * (1.f - s)));
+  dgu[g + F] = to_act(dy * x * s);
+}
+
+// GELU, tanh approximation (Hendrycks & Gimpel 2016): h = gelu(x); backward dx = dh gelu'(x).
 #define GELU_K 0.7978845608f // sqrt(2 / pi)
 extern "C" __global__ void gelu_forward(act *h, const act *x, long n) {
   long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -57,7 +76,7 @@ extern "C" __global__ void gelu_backward(act *dx, const act *dh, const act *x, l
   if (i >= n) return;
   float a = f32(x[i]), th = tanhf(GELU_K * (a + 0.044715f * a * a * a));
   float d = 0.5f * (1.f + th) + 0.5f * a * (1.f - th * th) * GELU_K * (1.f + 3.f * 0.044715f * a * a);
-  dx[i] = to_act(f32(dx[i]) + f32(dh[i]) * d);
+  dx[i] = to_act(f32(dh[i]) * d);
 }
 
 // acc += x over n elements (a multiple of 8): a second branch's gradient or output.

@@ -4,7 +4,8 @@
 // recomputed in backward from the saved log-sum-exp (the structure of FlashAttention, Dao et
 // al. 2022, without its tiling: correct first, fast later). q (TOKENS, HEADS, HEAD_DIM); k
 // (TOKENS, KV_HEADS, HEAD_DIM); v (TOKENS, KV_HEADS, V_DIM); out (TOKENS, HEADS, V_DIM); lse
-// (TOKENS, HEADS). V_DIM is MLA's v_head_dim (HEAD_DIM = qk_nope + qk_rope there), else HEAD_DIM.
+// (TOKENS, HEADS). q, k, v (and dq, dk, dv) are read at token strides qld, kld, vld (elements:
+// HEADS·HEAD_DIM etc. when contiguous, the fused row's width when views of one QKV buffer). V_DIM is MLA's v_head_dim (HEAD_DIM = qk_nope + qk_rope there), else HEAD_DIM.
 // Block 128 threads = 4 warps.
 #ifndef V_DIM
 #define V_DIM HEAD_DIM
@@ -32,17 +33,18 @@ template <int W> __device__ __forceinline__ float row_dot(const float *a, const 
   return warp_sum(s);
 }
 
-extern "C" __global__ void attention_forward(act *out, float *lse, const act *q, const act *k, const act *v) {
+extern "C" __global__ void attention_forward(act *out, float *lse, const act *q, const act *k, const act *v, int qld, int kld,
+                                              int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
   float qr[DPL], acc[VPL], m = NEG_INF, l = 0;
-  load_row<HEAD_DIM>(qr, q + ((size_t)n * HEADS + h) * HEAD_DIM, lane);
+  load_row<HEAD_DIM>(qr, q + (size_t)n * qld + h * HEAD_DIM, lane);
 #pragma unroll
   for (int i = 0; i < VPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    size_t kv = (size_t)(first + j) * kld + kvh * HEAD_DIM, vv = (size_t)(first + j) * vld + kvh * V_DIM;
     float s = scale * row_dot<HEAD_DIM>(qr, k + kv, lane), mn = fmaxf(m, s), corr = __expf(m - mn), p = __expf(s - mn);
     l = l * corr + p;
 #pragma unroll
@@ -57,21 +59,22 @@ extern "C" __global__ void attention_forward(act *out, float *lse, const act *q,
   if (lane == 0) lse[(size_t)n * HEADS + h] = m + __logf(l);
 }
 
-// dq (added to) and delta = dout · out per (token, head), saved for attention_backward_dkv.
+// dq (written) and delta = dout · out per (token, head), saved for attention_backward_dkv.
 extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const act *dout, const act *q,
-                                                 const act *k, const act *v, const act *out, const float *lse) {
+                                                 const act *k, const act *v, const act *out, const float *lse,
+                                                 int qld, int kld, int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * HEADS) return;
   int n = w / HEADS, h = w % HEADS, t = n % SEQ_LEN, first = n - t, kvh = h / GROUP;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t row = ((size_t)n * HEADS + h) * HEAD_DIM, vrow = ((size_t)n * HEADS + h) * V_DIM;
+  size_t row = (size_t)n * qld + h * HEAD_DIM, vrow = ((size_t)n * HEADS + h) * V_DIM;
   float qr[DPL], dor[VPL], acc[DPL];
   load_row<HEAD_DIM>(qr, q + row, lane), load_row<V_DIM>(dor, dout + vrow, lane);
   float D = row_dot<V_DIM>(dor, out + vrow, lane), L = lse[(size_t)n * HEADS + h];
 #pragma unroll
   for (int i = 0; i < DPL; i++) acc[i] = 0;
   for (int j = 0; j <= t; j++) {
-    size_t kv = ((size_t)(first + j) * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)(first + j) * KV_HEADS + kvh) * V_DIM;
+    size_t kv = (size_t)(first + j) * kld + kvh * HEAD_DIM, vv = (size_t)(first + j) * vld + kvh * V_DIM;
     float p = __expf(scale * row_dot<HEAD_DIM>(qr, k + kv, lane) - L), ds = p * (row_dot<V_DIM>(dor, v + vv, lane) - D);
 #pragma unroll
     for (int i = 0; i < DPL; i++)
@@ -79,19 +82,20 @@ extern "C" __global__ void attention_backward_dq(act *dq, float *delta, const ac
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(f32(dq[row + lane + 32 * i]) + acc[i]);
+    if (lane + 32 * i < HEAD_DIM) dq[row + lane + 32 * i] = to_act(acc[i]);
   if (lane == 0) delta[(size_t)n * HEADS + h] = D;
 }
 
-// dk, dv (added to): one warp per (token j, KV head), summing over the GROUP query heads and the
+// dk, dv (written): one warp per (token j, KV head), summing over the GROUP query heads and the
 // queries t >= j that attend to it.
 extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k,
-                                                  const act *v, const float *lse, const float *delta) {
+                                                  const act *v, const float *lse, const float *delta, int qld,
+                                                  int kld, int vld) {
   int w = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (w >= TOKENS * KV_HEADS) return;
   int n = w / KV_HEADS, kvh = w % KV_HEADS, j = n % SEQ_LEN, first = n - j;
   const float scale = rsqrtf((float)HEAD_DIM);
-  size_t kv = ((size_t)n * KV_HEADS + kvh) * HEAD_DIM, vv = ((size_t)n * KV_HEADS + kvh) * V_DIM;
+  size_t kv = (size_t)n * kld + kvh * HEAD_DIM, vv = (size_t)n * vld + kvh * V_DIM;
   float kr[DPL], vr[VPL], dkacc[DPL], dvacc[VPL];
   load_row<HEAD_DIM>(kr, k + kv, lane), load_row<V_DIM>(vr, v + vv, lane);
 #pragma unroll
@@ -101,7 +105,7 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   for (int g = 0; g < GROUP; g++) {
     int h = kvh * GROUP + g;
     for (int t = j; t < SEQ_LEN; t++) {
-      size_t row = ((size_t)(first + t) * HEADS + h) * HEAD_DIM, vrow = ((size_t)(first + t) * HEADS + h) * V_DIM;
+      size_t row = (size_t)(first + t) * qld + h * HEAD_DIM, vrow = ((size_t)(first + t) * HEADS + h) * V_DIM;
       float p = __expf(scale * row_dot<HEAD_DIM>(kr, q + row, lane) - lse[(size_t)(first + t) * HEADS + h]);
       float ds = p * (row_dot<V_DIM>(vr, dout + vrow, lane) - delta[(size_t)(first + t) * HEADS + h]);
 #pragma unroll
@@ -114,10 +118,10 @@ extern "C" __global__ void attention_backward_dkv(act *dk, act *dv, const act *d
   }
 #pragma unroll
   for (int i = 0; i < DPL; i++)
-    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(f32(dk[kv + lane + 32 * i]) + dkacc[i]);
+    if (lane + 32 * i < HEAD_DIM) dk[kv + lane + 32 * i] = to_act(dkacc[i]);
 #pragma unroll
   for (int i = 0; i < VPL; i++)
-    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(f32(dv[vv + lane + 32 * i]) + dvacc[i]);
+    if (lane + 32 * i < V_DIM) dv[vv + lane + 32 * i] = to_act(dvacc[i]);
 }
 
 // ---- MLA (DeepSeek-V2 §2.1; HF modeling_deepseek_v3.py): the cpu's rt_mla_kv_* and

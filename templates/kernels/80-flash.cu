@@ -12,8 +12,9 @@
 // above the diagonal are never visited, the diagonal ones are masked elementwise.
 //   forward:  out, lse (overwritten)            flash_attention_forward
 //   backward: delta = rowsum(dout · out)        flash_attention_backward_prep
-//             dq += scale · dS K                flash_attention_backward_dq  (query tiles)
-//             dk += scale · dSᵀ Q, dv += Pᵀ dO  flash_attention_backward_dkv (key tiles, all GROUP heads)
+//             dq = scale · dS K                 flash_attention_backward_dq  (query tiles)
+//             dk = scale · dSᵀ Q, dv = Pᵀ dO    flash_attention_backward_dkv (key tiles, all GROUP heads)
+//   (dq, dk, dv overwritten: mtrt_ops.h's rt_attention_backward writes them)
 //   with P = exp(scale · Q Kᵀ − lse), dS = P ⊙ (dO Vᵀ − delta).
 // All shared memory is static (< 48 KB; launch with 0 dynamic bytes). Needs sm_80+ (bf16 wmma).
 // The kernels exist where HAVE_FLASH_ATTENTION is defined: head_dim a multiple of 16 up to 128,
@@ -106,7 +107,8 @@ __device__ __forceinline__ void flash_write(act *dst, size_t dst_ld, Acc *a, flo
 // 16w..16w+15, Q in registers, O in fp32 accumulators, the running max m and sum l per row held
 // by the lane pair that owns the row in the softmax (row lane / 2, columns half (lane % 2)).
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
-    flash_attention_forward(act *out, float *lse, const act *q, const act *k, const act *v) {
+    flash_attention_forward(act *out, float *lse, const act *q, const act *k, const act *v, int qld, int kld,
+                            int vld) {
   __shared__ __align__(128) bf16 kv[FLASH_BK * FLASH_LD]; // the Q tile, then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_SLD]; // scores S (16, FLASH_BK)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_PLD];   // probabilities P (16, FLASH_BK)
@@ -119,7 +121,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   bf16 *P = pb[w];
   int rows[ACC_N];
   acc_rows(rows, S, FLASH_SLD);
-  flash_load(kv, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(kv, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BQ);
   __syncthreads();
   FragA qf[HEAD_DIM / 16];
   Acc o[HEAD_DIM / 16];
@@ -132,7 +134,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   for (int kt = 0; kt <= qt; kt++) {
     int k0 = kt * FLASH_BK;
     __syncthreads(); // every warp is done with kv (Q, or V of the last step)
-    flash_load(kv, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BK);
+    flash_load(kv, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BK);
     __syncthreads();
     // S (16, FLASH_BK) = Q_w Kᵀ
 #pragma unroll
@@ -171,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
 #pragma unroll
       for (int i = 0; i < ACC_N; i++) o[d].x[i] *= rv[rows[i]];
     __syncthreads(); // every warp is done with K
-    flash_load(kv, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BK);
+    flash_load(kv, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BK);
     __syncthreads();
     // O += P V
     FragA pf[FLASH_BK / 16];
@@ -208,14 +210,14 @@ extern "C" __global__ void flash_attention_backward_prep(float *delta, const act
   if (lane == 0) delta[w] = s;
 }
 
-// dq += scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
+// dq = scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
 // FLASH_THREADS, static shared memory FLASH_DQ_SMEM bytes. Block (x, h, b): the queries of tile
 // qt (the last first) of head h in sequence b, over the key steps of FLASH_BB keys up to the
 // diagonal; warp w its rows 16w..16w+15 (Q, dO in registers, dQ in fp32 accumulators); in the
 // elementwise passes lane = key column, looping over the warp's 16 rows.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dq(act *dq, const act *dout, const act *q, const act *k, const act *v, const float *lse,
-                                const float *delta) {
+                                const float *delta, int qld, int kld, int vld) {
   __shared__ __align__(128) bf16 kvs[2 * FLASH_BB * FLASH_LD]; // the Q, then dO tile; then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // S, then dP (16, FLASH_BB)
   __shared__ __align__(128) bf16 dsb[FLASH_WARPS][16 * FLASH_BPLD];  // scale · dS (16, FLASH_BB)
@@ -232,7 +234,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   }
   FragA qf[HEAD_DIM / 16], of[HEAD_DIM / 16];
   Acc acc[HEAD_DIM / 16];
-  flash_load(kvs, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(kvs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) wmma::load_matrix_sync(qf[d], kvs + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
@@ -246,8 +248,8 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   }
   for (int k0 = 0; k0 < q0 + FLASH_BQ; k0 += FLASH_BB) {
     __syncthreads(); // every warp is done with kvs
-    flash_load(ks, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BB);
-    flash_load(vs, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BB);
+    flash_load(ks, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BB);
+    flash_load(vs, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BB);
     __syncthreads();
     if (k0 > tw + 15) continue; // every key of the step is after the warp's queries
     // S (16, FLASH_BB) = Q_w Kᵀ, then P = exp(scale · S − lse) of column j = k0 + lane
@@ -300,11 +302,11 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         wmma::mma_sync(acc[d], df[c], kb, acc[d]);
       }
   }
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dq + ((tok0 + tw) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, acc, S,
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dq + (tok0 + tw) * qld + h * HEAD_DIM, qld, acc, S,
                                                  FLASH_BSLD);
 }
 
-// dk += scale · dSᵀ Q, dv += Pᵀ dO: grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
+// dk = scale · dSᵀ Q, dv = Pᵀ dO (written): grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
 // FLASH_DKV_GRID, block FLASH_THREADS, static shared memory FLASH_DKV_SMEM bytes. Block (x, g, b):
 // the keys of tile x of KV head g in sequence b, over the GROUP query heads that read it and, for
 // each, the query steps of FLASH_BB queries from the diagonal on; warp w its keys 16w..16w+15 (K,
@@ -312,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
 // K Qᵀ, dPᵀ = V dOᵀ; in the elementwise passes lane = query column, looping over the 16 keys.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                                 const float *lse, const float *delta) {
+                                 const float *lse, const float *delta, int qld, int kld, int vld) {
   __shared__ __align__(128) bf16 qds[2 * FLASH_BB * FLASH_LD]; // the K, then V tile; then Q and dO of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // Sᵀ, then dPᵀ (16, FLASH_BB)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_BPLD];   // Pᵀ (16, FLASH_BB)
@@ -326,12 +328,12 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   float *S = scr[w];
   FragA kf[HEAD_DIM / 16], vf[HEAD_DIM / 16];
   Acc dka[HEAD_DIM / 16], dva[HEAD_DIM / 16];
-  flash_load(qds, k + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(qds, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) wmma::load_matrix_sync(kf[d], qds + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
   __syncthreads();
-  flash_load(qds, v + ((tok0 + k0) * KV_HEADS + kvh) * HEAD_DIM, KV_HEADS * HEAD_DIM, FLASH_BQ);
+  flash_load(qds, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) {
@@ -342,7 +344,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   for (int h = kvh * GROUP; h < (kvh + 1) * GROUP; h++)
     for (int q0 = k0; q0 < SEQ_LEN; q0 += FLASH_BB) {
       __syncthreads(); // every warp is done with qds, tl, td
-      flash_load(qs, q + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
+      flash_load(qs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BB);
       flash_load(dos, dout + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
       if (threadIdx.x < FLASH_BB) {
         tl[threadIdx.x] = lse[(tok0 + q0 + threadIdx.x) * HEADS + h];
@@ -408,8 +410,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
           wmma::mma_sync(dka[d], df[c], qb, dka[d]);
         }
     }
-  size_t row = ((tok0 + jw) * KV_HEADS + kvh) * HEAD_DIM;
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dk + row, KV_HEADS * HEAD_DIM, dka, S, FLASH_BSLD);
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dv + row, KV_HEADS * HEAD_DIM, dva, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dk + (tok0 + jw) * kld + kvh * HEAD_DIM, kld, dka, S, FLASH_BSLD);
+  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dv + (tok0 + jw) * vld + kvh * HEAD_DIM, vld, dva, S, FLASH_BSLD);
 }
 #endif // HAVE_FLASH_ATTENTION

@@ -52,7 +52,7 @@ static const Pass passes[] = {
 enum { NPASS = sizeof passes / sizeof passes[0] };
 
 /* ---- results: the error of every check, per pass ---- */
-enum { MAXRES = 128 };
+enum { MAXRES = 256 };
 static struct {
   const char *name;
   double err[NPASS], tol[NPASS];
@@ -85,7 +85,7 @@ static double err_of(const float *got, const float *ref, size_t n) {
 }
 
 /* ---- memory: host and device buffers of one pass, freed at its end ---- */
-enum { MAXBUF = 320 };
+enum { MAXBUF = 1024 };
 static void *hbufs[MAXBUF], *dbufs[MAXBUF];
 static int nh, nd;
 static unsigned seed = 1;

@@ -67,9 +67,9 @@ void test_rope(void) {
 static void attention(const Pass *p, const char *name, int hd, int vd) {
   size_t nq = (size_t)N * NH * hd, nk = (size_t)N * NKV * hd, no = (size_t)N * NH * vd, nv = (size_t)N * NKV * vd;
   float *q = rnd(nq, 4), *k = rnd(nk, 4), *v = rnd(nv, 2), *out = host(no), *lse = host((size_t)N * NH);
-  /* the own kernels add into dq, dk, dv (as the cpu op does); cuDNN's writes them (mtrt_ops.h) */
+  /* every backend writes dq, dk, dv (mtrt_ops.h): they start non-zero */
   float *dy = rnd(no, 2), *lse_t = host((size_t)N * NH);
-  float *dq = p->cudnn ? host(nq) : rnd(nq, 1), *dk = p->cudnn ? host(nk) : rnd(nk, 1), *dv = p->cudnn ? host(nv) : rnd(nv, 1);
+  float *dq = rnd(nq, 1), *dk = rnd(nk, 1), *dv = rnd(nv, 1);
   float *dlse = devf(NULL, (size_t)N * NH);
   act *dq_ = deva(q, nq), *dk_ = deva(k, nk), *dv_ = deva(v, nv), *dout = deva(NULL, no);
   act *ddy = deva(dy, no), *ddq = deva(dq, nq), *ddk = deva(dk, nk), *ddv = deva(dv, nv);
@@ -86,6 +86,33 @@ static void attention(const Pass *p, const char *name, int hd, int vd) {
   snprintf(what, sizeof what, "%s backward dq", name), check_dev(what, ddq, dq, nq, 2 * p->attn_tol);
   snprintf(what, sizeof what, "%s backward dk", name), check_dev(what, ddk, dk, nk, 2 * p->attn_tol);
   snprintf(what, sizeof what, "%s backward dv", name), check_dev(what, ddv, dv, nv, 2 * p->attn_tol);
+}
+
+/* The fused projection's rows q | k | v (rt_rope_qkv_*, rt_attention_qkv_*: strided views for the
+ * own kernels and cuDNN alike): RoPE, forward out and lse, the backward's whole dqkv (written over
+ * non-zero values). */
+static void attention_qkv(const Pass *p) {
+  enum { W = (NH + 2 * NKV) * HD };
+  size_t nr = (size_t)N * W, no = (size_t)N * NH * HD;
+  float *qkv = rnd(nr, 4), *out = host(no), *lse = host((size_t)N * NH), *dy = rnd(no, 2), *dqkv = rnd(nr, 1);
+  float *lse_t = host((size_t)N * NH), *dlse = devf(NULL, (size_t)N * NH);
+  act *dqkv_in = deva(qkv, nr), *dout = deva(NULL, no), *ddy = deva(dy, no), *ddqkv = deva(dqkv, nr);
+  ref_rope_qkv_forward(qkv, B, T, NH, NKV, HD, THETA), rt_rope_qkv_forward(dqkv_in, B, T, NH, NKV, HD, THETA);
+  check_dev("rope_qkv_forward", dqkv_in, qkv, nr, TOL);
+  for (size_t i = 0; i < nr; i++) qkv[i] = act_exact(qkv[i]); /* both sides from the same rotated rows */
+  dqkv_in = deva(qkv, nr);
+  ref_attention_qkv_forward(out, lse, qkv, B, T, NH, NKV, HD), rt_attention_qkv_forward(dout, dlse, dqkv_in, B, T, NH, NKV, HD);
+  check_dev("attention qkv forward out", dout, out, no, p->attn_tol);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++)
+        lse_t[p->cudnn ? ((size_t)b * NH + h) * T + t : ((size_t)b * T + t) * NH + h] = lse[((size_t)b * NH + h) * T + t];
+  check_dev("attention qkv forward lse", dlse, lse_t, (size_t)N * NH, p->attn_tol);
+  ref_attention_qkv_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, HD);
+  rt_attention_qkv_backward(ddqkv, ddy, dqkv_in, dout, dlse, B, T, NH, NKV, HD);
+  check_dev("attention qkv backward dqkv", ddqkv, dqkv, nr, 2 * p->attn_tol);
+  ref_rope_qkv_backward(dqkv, B, T, NH, NKV, HD, THETA), rt_rope_qkv_backward(ddqkv, B, T, NH, NKV, HD, THETA);
+  check_dev("rope_qkv_backward", ddqkv, dqkv, nr, 2 * p->attn_tol);
 }
 
 #if MTRT_ACT_IS_BF16
@@ -134,6 +161,7 @@ static void attention_chunk(const Pass *p) {
  * kernels have theirs compiled in) and a query chunk against a longer key sequence. */
 void test_attention(const Pass *p) {
   attention(p, "attention", HD, HD);
+  attention_qkv(p);
   if (p->cudnn) attention(p, "attention mla", MLA_HD, MLA_VD);
 #if MTRT_ACT_IS_BF16
   if (p->cudnn) attention_chunk(p);

@@ -5,7 +5,8 @@
 #include "test_kernels.h"
 
 
-/* A linear layer (cuBLAS GEMMs): out (N, OC) = x wᵀ; dx and dw added to. */
+/* A linear layer (cuBLAS GEMMs): out (N, OC) = x wᵀ; dx and dw added to (rt_matmul_backward_set: dx
+ * written). */
 void test_matmul(const Pass *p) {
   size_t nx = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
   float *x = rnd(nx, 2), *w = rnd(nw, 1), *out = host(no), *dy = rnd(no, 2), *dx = rnd(nx, 1), *dw = rnd(nw, 1);
@@ -16,6 +17,10 @@ void test_matmul(const Pass *p) {
   ref_matmul_backward(dx, dw, NULL, dy, x, w, N, C, OC), rt_matmul_backward(ddx, ddw, NULL, ddy, dx_, dw_, N, C, OC);
   check_dev("matmul_backward dx", ddx, dx, nx, p->gemm_tol);
   check_dev("matmul_backward dw", ddw, dw, nw, p->gemm_tol);
+  /* the first writer of dx (beta 0): dx's old values, non-zero here, are not read; dw still adds */
+  ref_matmul_backward_set(dx, dw, NULL, dy, x, w, N, C, OC), rt_matmul_backward_set(ddx, ddw, NULL, ddy, dx_, dw_, N, C, OC);
+  check_dev("matmul_backward_set dx", ddx, dx, nx, p->gemm_tol);
+  check_dev("matmul_backward_set dw", ddw, dw, nw, 2 * p->gemm_tol);
   /* with a bias (model.bias): bias_forward after the GEMM, bias_backward for dbias */
   float *bias = rnd(OC, 1), *dbias = rnd(OC, 1);
   act *dbias_ = deva(bias, OC), *ddbias = deva(dbias, OC);

@@ -30,6 +30,12 @@ void test_elementwise(void) {
   ref_swiglu_backward(dg, du, dh, a, b, NE), rt_swiglu_backward(ddg, ddu, ddh, da, db, NE);
   check_dev("swiglu_backward dg", ddg, dg, NE, TOL);
   check_dev("swiglu_backward du", ddu, du, NE, TOL);
+  /* the fused gate|up rows: a's NE values as rows of 2 x 17 (g | u), the last few unused */
+  enum { GF = 17, GR = NE / (2 * GF) };
+  ref_swiglu_rows_forward(out, a, GR, GF), rt_swiglu_rows_forward(dout, da, GR, GF);
+  check_dev("swiglu_rows_forward", dout, out, (size_t)GR * GF, TOL);
+  ref_swiglu_rows_backward(dg, dh, a, GR, GF), rt_swiglu_rows_backward(ddg, ddh, da, GR, GF);
+  check_dev("swiglu_rows_backward", ddg, dg, (size_t)GR * 2 * GF, TOL);
   ref_gelu_forward(out, a, NE), rt_gelu_forward(dout, da, NE);
   check_dev("gelu_forward", dout, out, NE, TOL);
   ref_gelu_backward(dg, dh, a, NE), rt_gelu_backward(ddg, ddh, da, NE);
@@ -68,6 +74,16 @@ void test_norms(void) {
   ref_rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C), rt_rmsnorm_backward(ddx, ddw, ddy, dx_, dw_, drstd, N, C);
   check_dev("rmsnorm_backward dx", ddx, dx, (size_t)N * C, TOL);
   check_dev("rmsnorm_backward dw", ddw, dw, C, TOL);
+  /* the residual add and the norm after it in one kernel */
+  float *yy = rnd((size_t)N * C, 4), *res = host((size_t)N * C);
+  act *dyy = deva(yy, (size_t)N * C), *dres = deva(NULL, (size_t)N * C);
+  ref_add_rmsnorm_forward(res, out, rstd, x, yy, w, N, C, 1e-5f);
+  rt_add_rmsnorm_forward(dres, dout, drstd, dx_, dyy, dw_, N, C, 1e-5f);
+  check_dev("add_rmsnorm_forward res", dres, res, (size_t)N * C, TOL);
+  check_dev("add_rmsnorm_forward out", dout, out, (size_t)N * C, TOL);
+  /* (the cuda side sums the squares of res rounded to act, as rt_add then rt_rmsnorm_forward do; the
+   * cpu's res is fp32: bf16's rounding of res, ~2^-9 relative, moves rstd by as much) */
+  check_dev("add_rmsnorm_forward rstd", drstd, rstd, N, 4e-3);
 
   /* qk-norm: per head (N·NH rows of HD) and full (N rows of NH·HD), eps 1e-6 */
   for (int full = 0; full < 2; full++) {

@@ -4,7 +4,7 @@
 # program must pass clean. WORK (default /tmp/cuda-emu-selftest) holds the copies.
 #   stale-offload   step.c without rt_offload_wait: the D2H copy reads a reused slot (EMU_STREAMS=lazy
 #                   shows it as another gradient norm; sync mode cannot)
-#   gemm-overflow   k_proj written with 128 columns into a 64-column buffer (EMU_ARENA_MAP)
+#   gemm-overflow   the fused q, k, v projection written with 384 columns into a 256-column buffer (EMU_ARENA_MAP)
 #   host-deref      host code reading the arena (EMU_PROTECT=1)
 #   host-pointer    a kernel given a pageable host pointer (always checked)
 #   kernel-race     block_sum without its first __syncthreads (wrong sums, any schedule)
@@ -66,10 +66,10 @@ if [ -n "$got" ] && [ "$got" != "$ref" ]; then echo "ok    stale-offload: grad n
 else echo "FAIL  stale-offload: grad norm '$got' (expected a difference from $ref)"; fail=1; fi
 
 prog gemm-overflow
-sed -i 's|rt_matmul_forward(A(L0_K), A(L0_LN1), W(16512), NULL, 512, 128, 64)|rt_matmul_forward(A(L0_K), A(L0_LN1), W(16512), NULL, 512, 128, 128)|' \
+sed -i 's|rt_matmul_forward(A(L0_QKV), A(L0_LN1), W(128), NULL, 512, 128, 256)|rt_matmul_forward(A(L0_QKV), A(L0_LN1), W(128), NULL, 512, 128, 384)|' \
   "$work/gemm-overflow/step.c"
 run gemm-overflow
-expect gemm-overflow "a GEMM writing past its arena buffer" "run from L0_K .* into L0_V"
+expect gemm-overflow "a GEMM writing past its arena buffer" "run from L0_QKV .* into L0_ATT"
 
 prog host-deref
 sed -i 's|^real step_forward(RtCtx \*c) {|real step_forward(RtCtx *c) {\n  { volatile real peek = c->arena[INPUTS + 1]; (void)peek; } /* mutation */|' "$work/host-deref/step.c"
@@ -77,10 +77,10 @@ run host-deref EMU_PROTECT=1
 expect host-deref "a host read of device memory" "host code dereferenced device memory"
 
 prog host-pointer
-sed -i 's|^  rt_accumulate(A(WS_Y), A(WS_Y2), 65536);|  { static act host_buf[65536]; rt_accumulate(A(WS_Y), host_buf, 65536); } /* mutation */|' \
+sed -i 's|^  rt_add(A(X1), A(L0_RES), A(WS_Y), 65536); /\* residual \*/|  { static act host_buf[65536]; rt_add(A(X1), A(L0_RES), host_buf, 65536); } /* mutation */|' \
   "$work/host-pointer/step.c"
 run host-pointer
-expect host-pointer "a pageable host pointer given to a kernel" "kernel accumulate, parameter 1: .* pageable host memory"
+expect host-pointer "a pageable host pointer given to a kernel" "kernel residual_add, parameter 2: .* pageable host memory"
 
 prog kernel-race
 perl -0pi -e 's/(if \(lane == 0\) shared\[warp\] = v;\n)  __syncthreads\(\);\n/$1/' "$work/kernel-race/kernels.cu"
