@@ -186,7 +186,9 @@ void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const 
     const RtMuonShard *q = &gs[i];
     int64_t lo = (int64_t)me * q->S, hi = lo + q->S, S = q->S;
     if (!group_moves(t, nt, q->g, S)) continue;
-    rt_cuda_upload(N, q->nest, (size_t)S * sizeof(float));
+    /* q->nest lies in the pinned hwork, untouched until the next step's host waits */
+    cu_check(cudaMemcpyAsync(N, q->nest, (size_t)S * sizeof(float), cudaMemcpyHostToDevice, cu.stream),
+             "Muon: the owners' updates up");
     for (int j = 0; j < nt; j++) {
       const RtTensor *T = &t[j];
       if (T->group != q->g || !T->muon) continue;

@@ -7,7 +7,8 @@
 //            arguments are checked against the allocations: a pageable host pointer where the
 //            device reads, a copy past an allocation's end, a wrong cudaMemcpyKind. EMU_PROTECT=1
 //            keeps device memory PROT_NONE except while an emulated device operation runs, so host
-//            code that dereferences a device pointer faults and is reported with a backtrace.
+//            code that dereferences a device pointer faults and is reported with a backtrace. An
+//            asynchronous copy from or to pageable host memory is an error (EMU_PAGEABLE_OK).
 //   streams  EMU_STREAMS=sync (default): every operation runs when it is issued, so stream order
 //            is program order. EMU_STREAMS=lazy: every stream is a queue run as late as CUDA's
 //            rules allow (a host wait, an event query, a blocking copy, a stream waiting on an
@@ -570,6 +571,55 @@ static cudaMemcpyKind check_copy(void *dst, const void *src, size_t n, cudaMemcp
   return kind;
 }
 
+// Pageable asynchronous copies (cudaMemcpyAsync from or to host memory that is not pinned) are
+// refused: CUDA may take such a source later than the call (GH200 reads pageable memory over
+// C2C), may block, and cannot capture them in a graph. EMU_PAGEABLE_OK lists the call sites still
+// allowed, comma-separated FILE:FUNCTION as addr2line names the runtime's caller (inlined frames
+// too); unset, the known offenders below; empty, none.
+static const char *const known_pageable = "ops_moe.c:grouped"; // the grouped GEMM's pointer arrays
+// "FILE:FUNCTION" of the frames at return address ret, innermost first (addr2line -f -i -s), cached.
+static const std::vector<std::string> &frames_at(void *ret) {
+  static std::map<void *, std::vector<std::string>> cache;
+  auto it = cache.find(ret);
+  if (it != cache.end()) return it->second;
+  std::vector<std::string> &out = cache[ret];
+  Dl_info di;
+  if (!dladdr(ret, &di) || !di.dli_fname) return out;
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "addr2line -f -i -s -e '%s' 0x%lx 2>/dev/null", di.dli_fname,
+           (unsigned long)((uintptr_t)ret - 1 - (uintptr_t)di.dli_fbase));
+  FILE *f = popen(cmd, "r");
+  char fn[512], fl[512];
+  while (f && fgets(fn, sizeof fn, f) && fgets(fl, sizeof fl, f)) {
+    fn[strcspn(fn, "\n")] = 0;
+    char *colon = strchr(fl, ':');
+    if (colon) *colon = 0;
+    out.push_back(std::string(fl) + ":" + fn);
+  }
+  if (f) pclose(f);
+  return out;
+}
+// Whether the caller of this copy (the first frame outside this file) is in EMU_PAGEABLE_OK.
+static bool pageable_allowed(std::string *site) {
+  const char *list = getenv("EMU_PAGEABLE_OK") ? getenv("EMU_PAGEABLE_OK") : known_pageable;
+  void *bt[8];
+  int n = backtrace(bt, 8);
+  for (int i = 1; i < n; i++) {
+    const std::vector<std::string> &fr = frames_at(bt[i]);
+    bool ours = false;
+    for (const std::string &x : fr) ours |= x.rfind("fake_cuda.cpp:", 0) == 0;
+    if (ours || fr.empty()) continue;
+    *site = fr[0];
+    for (const std::string &x : fr) {
+      std::string l = std::string(",") + list + ",";
+      if (l.find("," + x + ",") != std::string::npos) return true;
+    }
+    return false;
+  }
+  *site = "(unknown)";
+  return false;
+}
+
 static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t n, cudaMemcpyKind kind, bool async,
                              const char *what) {
   trace("%s(%p <- %p, %zu, kind %d)", what, dst, src, n, (int)kind);
@@ -582,8 +632,15 @@ static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t
     if (kind == cudaMemcpyHostToDevice) counts.bytes_h2d += n;
     else if (kind == cudaMemcpyDeviceToHost) counts.bytes_d2h += n;
     else if (kind == cudaMemcpyDeviceToDevice) counts.bytes_d2d += n;
-    if (async && ((pageable_src && kind == cudaMemcpyHostToDevice) || (pageable_dst && kind == cudaMemcpyDeviceToHost)))
-      counts.pageable_copies++;
+  }
+  if (async && ((pageable_src && kind == cudaMemcpyHostToDevice) || (pageable_dst && kind == cudaMemcpyDeviceToHost))) {
+    if (counting) counts.pageable_copies++;
+    std::string site;
+    if (!pageable_allowed(&site))
+      emu_error("%s at %s: %zu bytes %s pageable host memory %p; expected pinned memory (cudaMallocHost) left "
+                "untouched until an event says the copy is done (EMU_PAGEABLE_OK lists allowed call sites)",
+                what, site.c_str(), n, kind == cudaMemcpyHostToDevice ? "from" : "into",
+                kind == cudaMemcpyHostToDevice ? src : (const void *)dst);
   }
   if (pageable_src && kind == cudaMemcpyHostToDevice) { // CUDA takes a pageable source at the call
     std::shared_ptr<std::vector<char>> copy = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
