@@ -95,6 +95,9 @@ void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, const RtTensor *t, int nt, int g, int64_t lo,
                        int64_t hi, float grad_scale, const RtAdamW *h);
 double rt_cu_sum_squares(const float *g, size_t n);
+/* n fp32 values of the state arena set to 0 by a kernel on the stream, in device memory or in the
+ * pinned host memory of a state arena on the host (written over C2C): no host wait (train_cuda.c). */
+void rt_cu_zero_state(float *x, size_t n);
 /* The step's scalars in one copy down at its end instead of one each (train_cuda.c). With
  * rt_cu_defer_scalars(1), rt_lm_head_ce_forward returns 0 and keeps its loss on the side;
  * rt_cu_sum_squares_defer computes Σ g² of n fp32 values without reading it; rt_cu_step_scalars
