@@ -28,7 +28,9 @@ static inline size_t cu_moe_layout(size_t E, size_t *cnt, size_t *tab, size_t *e
 /* The copy ring's offset in the readback buffer: CU_RING_SLOTS slots of CU_RING_SLOT bytes after
  * the scalars, 256-byte aligned, that every other copy between pageable host memory and the
  * device passes through (ops.c cu_ring_upload, cu_ring_download). */
-static inline size_t cu_ring_at(void) { return (sizeof(double) * CU_SCALARS + sizeof(float) * CU_SCALARS + 255) / 256 * 256; }
+static inline size_t cu_ring_at(void) {
+  return (sizeof(double) * CU_SCALARS + sizeof(float) * CU_SCALARS + 255) / 256 * 256;
+}
 
 /* The pinned readback buffer for E experts: CU_SCALARS doubles (the groups' Σ g²), CU_SCALARS
  * floats (the micro-batches' losses) at *loss, the copy ring (cu_ring_at), then a staging area for
