@@ -428,7 +428,7 @@ static void build_items(Items *it, const Model *md) {
        "2 x m + 256 B x (experts + 1) + 3,072 B + 1 MiB, m = the MoE count/table scratch (12 x experts rounded up "
        "to 8 B, + 20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers "
        "(the MoE scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 "
-       "fp64 sums of squares, 256 fp32 losses, the copy ring of 4 x 256 KiB every copy between pageable host memory "
+       "fp64 sums of squares, 256 fp32 losses, the copy ring of 64 x 16 KiB every copy between pageable host memory "
        "and the GPU passes through, and a staging copy of the MoE scratch)");
   it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own cudaMallocHost and malloc) */
   item(it, "data.host_tables", CAT_WORKSPACE, TIER_HOST, (double)plan_host_tables((int64_t)T, ch->fsdp, ch->ep, El), 0,

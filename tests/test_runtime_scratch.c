@@ -25,8 +25,8 @@ static void formula(void) {
   /* the constants the plan's formula is written with (plan.c's description, placement.c) */
   CHECK_EQ(CU_OFF_CACHE, 64);
   CHECK_EQ(CU_SCALARS, 256);
-  CHECK_EQ(CU_RING_SLOTS, 4);
-  CHECK_EQ(CU_RING_SLOT, 256 << 10);
+  CHECK_EQ(CU_RING_SLOTS, 64);
+  CHECK_EQ(CU_RING_SLOT, 16 << 10);
   CHECK_EQ(sizeof(int), 4);
   CHECK_EQ(sizeof(long long), 8);
   static const int64_t experts[] = {0, 1, 2, 7, 8, 384, 4096, 65536};

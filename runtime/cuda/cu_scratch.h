@@ -12,7 +12,7 @@
 
 enum { CU_OFF_CACHE = 64 }; /* offsets arrays whose host copies cu_offsets keeps */
 enum { CU_SCALARS = 256 };  /* deferred scalars the readback buffer holds (of each kind) */
-enum { CU_RING_SLOTS = 4, CU_RING_SLOT = 256 << 10 }; /* the pinned copy ring: slots of bytes */
+enum { CU_RING_SLOTS = 64, CU_RING_SLOT = 16 << 10 }; /* the pinned copy ring: slots of bytes */
 
 /* The MoE scratch (device cu.moe, host cu.moe_host, the same layout) for E experts: the balancing
  * loss's statistics (2E floats) and the assignments per expert (E ints) next to each other, so that
