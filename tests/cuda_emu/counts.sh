@@ -7,7 +7,8 @@
 #   tiny-moe-ep2 specs/tiny-moe.yaml on 2 ranks, EP 2
 #   europa4      specs/europa-1t.yaml's structure (GQA 3:1, 1 shared + top-8 routed experts, Muon
 #                on the GPU, full checkpointing with host offload, the optimizer state on the host,
-#                FSDP 4 x EP 4 in one node) shrunk to 2 layers of hidden 192 on 4 ranks
+#                FSDP 4 x EP 4 in one node, re-gathered every micro-batch, prefetch 1) shrunk to 2
+#                layers of hidden 192, 16 experts, 128 tokens, on 4 ranks
 # A tool, like memory.sh (minutes on 2 cores). WORK (default /tmp/cuda-emu-counts) keeps the
 # programs, logs and the counts (CASE.jsonl). Prints one JSON line per case and rank.
 set -uo pipefail
