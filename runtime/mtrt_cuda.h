@@ -127,7 +127,7 @@ void rt_cu_host_wait_mark(const char *why);
  * rows × cols, device, matrix i at i·rows·cols) = scale × the quintic iteration of
  * rt_newton_schulz (mtrt_optim.h) on each of g (the same layout; out may be g). Singular values
  * come out in about [0.7, 1.2] × scale. work: device, rt_cu_newton_schulz_work(batch, rows, cols)
- * values (X, A = X Xᵀ and B per matrix, bf16 copies of X and of A or B, and the norms).
+ * values (X in fp32; its bf16 copy, A = X Xᵀ and B in bf16; the norms).
  * Asynchronous on the stream; a cuBLAS error aborts the job. */
 void rt_cu_newton_schulz(float *out, const float *g, int batch, int rows, int cols, float scale, float *work);
 size_t rt_cu_newton_schulz_work(int batch, int rows, int cols);

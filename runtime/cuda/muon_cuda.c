@@ -3,16 +3,15 @@
  * Nesterov momentum, Frobenius normalization, transpose when rows > cols, five quintic steps
  * (a, b, c) = (3.4445, −4.7750, 2.0315), scale 0.2·sqrt(max(rows, cols)), decoupled decay).
  *
- * Precision: bf16 operands with fp32 accumulation and fp32 results (cuBLAS CUDA_R_16BF A and B,
- * CUDA_R_32F C, CUBLAS_COMPUTE_32F), on the tensor cores: the iterate X, X Xᵀ and the polynomial
- * stay fp32 (the b·A and a·X terms are added in fp32), only the products' operands are rounded to
- * bf16, as Muon's reference implementation (Keller Jordan, modded-nanogpt) runs its whole iteration
- * in bf16. TF32 (CUBLAS_COMPUTE_32F_FAST_TF32) would keep 10 mantissa bits instead of 7 but runs at
- * half the bf16 rate on Hopper (NVIDIA H100 datasheet: 494.7 vs 989.4 dense TFLOP/s), and the
- * plan prices Newton-Schulz at the bf16 rate (cost.c, dense_gemm x bf16_flops); fp32 operands ran
- * on the FP32 cores, about 1/15 of it. The quintic's singular-value band holds with bf16 operands
- * (tests/cuda/test_kernels_optim.c). The bf16 copies live in the same scratch
- * (rt_cu_newton_schulz_work): X's in the fp32 copy's place, A's and B's after them. */
+ * Precision: bf16 operands with fp32 accumulation (cuBLAS CUDA_R_16BF A and B, CUBLAS_COMPUTE_32F),
+ * on the tensor cores: the iterate X stays fp32 (a·X added in fp32, cast to bf16 once per
+ * iteration), A = X Xᵀ and B = c A² + b A are bf16 results, as Muon's reference implementation
+ * (Keller Jordan, modded-nanogpt) runs its whole iteration in bf16. TF32
+ * (CUBLAS_COMPUTE_32F_FAST_TF32) would keep 10 mantissa bits instead of 7 but runs at half the
+ * bf16 rate on Hopper (NVIDIA H100 datasheet: 494.7 vs 989.4 dense TFLOP/s), and the plan prices
+ * Newton-Schulz at the bf16 rate (cost.c, dense_gemm x bf16_flops); fp32 operands ran on the FP32
+ * cores, about 1/15 of it. The quintic's singular-value band holds (tests/cuda/test_kernels_optim.c).
+ * Per iteration one cast, one copy and three GEMMs, as many operations as the fp32 iteration's. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,48 +24,40 @@ size_t rt_cu_newton_schulz_work(int batch, int rows, int cols) {
   return (size_t)batch * (2 * n + 2 * r * r + 1);
 }
 
-/* C (fp32) = alpha op(A) B + beta C over a batch, A and B bf16 (strides in elements). */
+/* C = alpha op(A) B + beta C over a batch, A and B bf16, C of type ct (bf16 or fp32), fp32
+ * accumulation (strides in elements). */
 static void gemm(cublasOperation_t ta, int m, int n, int k, float alpha, const void *A, int lda, long long sa,
-                 const void *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch) {
+                 const void *B, int ldb, long long sb, float beta, void *C, cudaDataType_t ct, int ldc, long long sc,
+                 int batch) {
   cu_blas_check(cublasGemmStridedBatchedEx(cu.blas, ta, CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B,
-                                           CUDA_R_16BF, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                           CUDA_R_16BF, ldb, sb, &beta, C, ct, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT),
                 "Newton-Schulz (cublasGemmStridedBatchedEx)");
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), "Newton-Schulz");
-}
-
-static void copy(float *dst, const float *src, size_t n) {
-  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cu.stream), "Newton-Schulz copy");
-}
-
-/* n fp32 values to bf16 (round to nearest even). */
-static void to_bf16(void *out, const float *in, long long n) {
-  long ln = (long)n;
-  cu_launch(K_CAST_BF16, cu_blocks(ln, 256), 256, (void *[]){&out, &in, &ln});
 }
 
 void rt_cu_newton_schulz(float *out, const float *g, int batch, int rows, int cols, float scale, float *work) {
   const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
   int tr = rows > cols, r = tr ? cols : rows, k = tr ? rows : cols; /* X is (r, k) row-major, r <= k */
   long long n = (long long)rows * cols, rr = (long long)r * r;
-  /* fp32 X, A, B; then bf16 Xb (batch n) and Hb (batch rr: A's copy, then B's); the norms last.
-   * batch (n + 2 rr) + ceil(batch (n + rr) / 2) + batch <= batch (2 n + 2 rr + 1), as rr <= n */
-  float *X = work, *A = X + batch * n, *B = A + batch * rr;
-  uint16_t *Xb = (uint16_t *)(void *)(B + batch * rr), *Hb = Xb + batch * n;
-  float *inv = B + batch * rr + (batch * (n + rr) + 1) / 2;
-  long ln = (long)n;
+  /* fp32 X (batch n); bf16 Xb (batch n), A (batch rr), B (batch rr); the norms last:
+   * batch n + ceil(batch (n + 2 rr) / 2) + batch <= batch (2 n + 2 rr + 1) */
+  float *X = work;
+  uint16_t *Xb = (uint16_t *)(void *)(X + batch * n), *A = Xb + batch * n, *B = A + batch * rr;
+  float *inv = X + batch * n + (batch * (n + 2 * rr) + 1) / 2;
+  long ln = (long)n, nx = (long)(batch * n);
   cu_launch(K_NS_INV_NORM, (unsigned)batch, 256, (void *[]){&inv, &g, &ln});
   cu_launch3(K_NS_PREP, cu_blocks(n, 256), (unsigned)batch, 1, 256, (void *[]){&X, &g, &inv, &rows, &cols, &tr});
   /* cuBLAS is column-major: row-major X (r, k) is Xᵀ (k, r) with ld k to it; A and B are
    * symmetric, so either reading of them is the same */
   for (int it = 0; it < 5; it++) {
-    to_bf16(Xb, X, batch * n);
-    gemm(CUBLAS_OP_T, r, r, k, 1, Xb, k, n, Xb, k, n, 0, A, r, rr, batch); /* A = X Xᵀ */
-    to_bf16(Hb, A, batch * rr);
-    copy(B, A, (size_t)(batch * rr));
-    gemm(CUBLAS_OP_N, r, r, r, c, Hb, r, rr, Hb, r, rr, b, B, r, rr, batch); /* B = c A² + b A */
-    to_bf16(Hb, B, batch * rr);
-    gemm(CUBLAS_OP_N, k, r, r, 1, Xb, k, n, Hb, r, rr, a, X, k, n, batch); /* X = a X + B X: Xᵀ = a Xᵀ + Xᵀ B */
+    cu_launch(K_CAST_BF16, cu_blocks(nx, 256), 256, (void *[]){&Xb, &X, &nx}); /* Xb = bf16(X) */
+    gemm(CUBLAS_OP_T, r, r, k, 1, Xb, k, n, Xb, k, n, 0, A, CUDA_R_16BF, r, rr, batch); /* A = X Xᵀ */
+    cu_check(cudaMemcpyAsync(B, A, sizeof(uint16_t) * (size_t)(batch * rr), cudaMemcpyDeviceToDevice, cu.stream),
+             "Newton-Schulz copy");
+    gemm(CUBLAS_OP_N, r, r, r, c, A, r, rr, A, r, rr, b, B, CUDA_R_16BF, r, rr, batch); /* B = c A² + b A */
+    /* X = a X + B X: Xᵀ = a Xᵀ + Xᵀ B */
+    gemm(CUBLAS_OP_N, k, r, r, 1, Xb, k, n, B, r, rr, a, X, CUDA_R_32F, k, n, batch);
   }
   cu_launch3(K_NS_FINISH, cu_blocks(n, 256), (unsigned)batch, 1, 256, (void *[]){&out, &X, &rows, &cols, &tr, &scale});
 }
