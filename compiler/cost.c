@@ -524,6 +524,8 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
     double moving_experts = 0; /* elements of one EP rank's split expert matrices */
     double per_rank = memo->bound ? 0 : cost_ns_flops_busiest(md, ch, &moving_experts); /* the busiest owner rank's */
     opt += 2 * ring(4 * moving_experts / (double)ch->efsdp, ch->efsdp, group_bw(s, ch->efsdp, ch->ep));
+    /* Newton-Schulz: fp32 GEMMs on the host's cores, or on the GPU with bf16 operands and fp32
+     * accumulation on the tensor cores (runtime/cuda/muon_cuda.c) */
     opt += ch->opt_on_host ? per_rank / (cl->host.fp32_flops * e->host_gemm)
                            : per_rank / (cl->gpu.bf16_flops * e->dense_gemm);
   }

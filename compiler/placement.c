@@ -62,10 +62,11 @@ int64_t plan_runtime_scratch(int64_t tokens, int64_t heads, int64_t qk_head_dim,
 }
 
 int64_t plan_runtime_host_scratch(int64_t experts) {
-  enum { OFF_CACHE = 64, SCALARS = 256 }; /* runtime/cuda/cu_scratch.h's CU_OFF_CACHE, CU_SCALARS */
+  /* runtime/cuda/cu_scratch.h's CU_OFF_CACHE, CU_SCALARS, CU_RING_SLOTS, CU_RING_SLOT */
+  enum { OFF_CACHE = 64, SCALARS = 256, RING_SLOTS = 64, RING_SLOT = 16 << 10 };
   int64_t E = experts > 0 ? experts : 1;
   int64_t cnt = 4 * 2 * E, tab = (cnt + 4 * E + 7) / 8 * 8, moe = tab + 8 * 2 * E + 4 * (E + 1);
-  int64_t stage = (8 * SCALARS + 4 * SCALARS + 7) / 8 * 8;
+  int64_t stage = (8 * SCALARS + 4 * SCALARS + 255) / 256 * 256 + (int64_t)RING_SLOTS * RING_SLOT;
   return moe + 4 * OFF_CACHE * (E + 1) + stage + moe;
 }
 

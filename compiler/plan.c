@@ -472,12 +472,13 @@ outside:
        "attention's delta and cuDNN's fp32 dQ accumulator among them)");
   it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own cudaMalloc) */
   /* its host side (plan_runtime_host_scratch): the MoE scratch's mirror, the offsets cache and
-   * the pinned readback buffer of the step's scalars */
+   * the pinned readback buffer of the step's scalars with the copy ring */
   item(it, "workspace.runtime_host", CAT_WORKSPACE, TIER_HOST, (double)plan_runtime_host_scratch(E), 0, END,
-       "2 x m + 256 B x (experts + 1) + 3,072 B, m = the MoE count/table scratch (12 x experts rounded up to 8 B, + "
-       "20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers (the MoE "
-       "scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 fp64 "
-       "sums of squares, 256 fp32 losses and a staging copy of the MoE scratch)");
+       "2 x m + 256 B x (experts + 1) + 3,072 B + 1 MiB, m = the MoE count/table scratch (12 x experts rounded up "
+       "to 8 B, + 20 x experts + 4: about 32 B x experts; experts 0 counts as 1): the cuda runtime's own host buffers "
+       "(the MoE scratch's mirror, 64 cached offsets arrays of experts + 1 int32, and the pinned readback buffer: 256 "
+       "fp64 sums of squares, 256 fp32 losses, the copy ring of 64 x 16 KiB every copy between pageable host memory "
+       "and the GPU passes through, and a staging copy of the MoE scratch)");
   it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own cudaMallocHost and malloc) */
   item(it, "data.host_tables", CAT_WORKSPACE, TIER_HOST, (double)plan_host_tables((int64_t)T, ch->fsdp, ch->ep, El), 0,
        END, ch->ep > 1 ? "2 x 4 B x tokens: the loader's token ids and targets; 72 B x fsdp: Muon's exchange counts; 4 B x "

@@ -99,6 +99,9 @@ void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, const RtTensor *t, int nt, int g, int64_t lo,
                        int64_t hi, float grad_scale, const RtAdamW *h);
 double rt_cu_sum_squares(const float *g, size_t n);
+/* n fp32 values of the state arena set to 0 by a kernel on the stream, in device memory or in the
+ * pinned host memory of a state arena on the host (written over C2C): no host wait (train_cuda.c). */
+void rt_cu_zero_state(float *x, size_t n);
 /* The step's scalars in one copy down at its end instead of one each (train_cuda.c). With
  * rt_cu_defer_scalars(1), rt_lm_head_ce_forward returns 0 and keeps its loss on the side;
  * rt_cu_sum_squares_defer computes Σ g² of n fp32 values without reading it; rt_cu_step_scalars
@@ -124,11 +127,12 @@ void rt_cu_host_wait(const char *why);
 void rt_cu_host_mark(void);
 void rt_cu_host_wait_mark(const char *why);
 /* Muon on the device (muon_cuda.c). Newton-Schulz of a batch of same-shaped matrices, fp32
- * with fp32 cuBLAS math (strided-batched GEMMs): out (batch × rows × cols, device, matrix i at
- * i·rows·cols) = scale × the quintic iteration of rt_newton_schulz (mtrt_optim.h) on each of
- * g (the same layout; out may be g). Singular values come out in about [0.7, 1.2] × scale.
- * work: device, rt_cu_newton_schulz_work(batch, rows, cols) values (X, its copy, A = X Xᵀ and
- * B per matrix, and the norms). Asynchronous on the stream; a cuBLAS error aborts the job. */
+ * iterates with bf16 GEMM operands and fp32 accumulation (strided-batched GEMMs): out (batch ×
+ * rows × cols, device, matrix i at i·rows·cols) = scale × the quintic iteration of
+ * rt_newton_schulz (mtrt_optim.h) on each of g (the same layout; out may be g). Singular values
+ * come out in about [0.7, 1.2] × scale. work: device, rt_cu_newton_schulz_work(batch, rows, cols)
+ * values (X in fp32; its bf16 copy, A = X Xᵀ and B in bf16; the norms).
+ * Asynchronous on the stream; a cuBLAS error aborts the job. */
 void rt_cu_newton_schulz(float *out, const float *g, int batch, int rows, int cols, float scale, float *work);
 size_t rt_cu_newton_schulz_work(int batch, int rows, int cols);
 /* One Muon step of the ng groups gs of one communicator as rt_muon_groups (mtrt_train.h), with

@@ -27,6 +27,8 @@ static void formula(void) {
   /* the constants the plan's formula is written with (plan.c's description, placement.c) */
   CHECK_EQ(CU_OFF_CACHE, 64);
   CHECK_EQ(CU_SCALARS, 256);
+  CHECK_EQ(CU_RING_SLOTS, 64);
+  CHECK_EQ(CU_RING_SLOT, 16 << 10);
   CHECK_EQ(sizeof(int), 4);
   CHECK_EQ(sizeof(long long), 8);
   static const int64_t experts[] = {0, 1, 2, 7, 8, 384, 4096, 65536};
@@ -34,15 +36,15 @@ static void formula(void) {
   CHECK_EQ(both(0), both(1)); /* dense counts as one expert */
   /* 8 experts by hand: the MoE scratch 64 (loss statistics) + 32 (counts) -> 96, + 128 (regroup
    * table) + 36 (first rows) = 260 B; the offsets cache 64 x 9 x 4 = 2,304 B; the readback buffer
-   * 2,048 + 1,024 + 260 = 3,332 B */
+   * 2,048 + 1,024 + 1 MiB (the copy ring) + 260 = 1,051,908 B */
   size_t moe, off, rb;
   cu_host_scratch(8, &moe, &off, &rb);
   CHECK_EQ(moe, 260);
   CHECK_EQ(off, 2304);
-  CHECK_EQ(rb, 3332);
-  CHECK_EQ(plan_runtime_host_scratch(8), 260 + 2304 + 3332);
+  CHECK_EQ(rb, 1051908);
+  CHECK_EQ(plan_runtime_host_scratch(8), 260 + 2304 + 1051908);
   /* europa-1t's 384 experts: about 0.1 MB */
-  CHECK_EQ(both(384), 2 * (4 * 2 * 384 + 4 * 384 + 8 * 2 * 384 + 4 * 385) + 4 * 64 * 385 + 3072);
+  CHECK_EQ(both(384), 2 * (4 * 2 * 384 + 4 * 384 + 8 * 2 * 384 + 4 * 385) + 4 * 64 * 385 + 3072 + (1 << 20));
 }
 
 /* The program's small host tables: the plan's figure against the runtime's functions. */

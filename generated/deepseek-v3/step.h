@@ -8,7 +8,7 @@
 #define MODEL_NAME "deepseek-v3"
 #define SPEC_FILE "deepseek-v3.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "a376b91d9966ee09"
+#define PLAN_HASH "3083960880e4eaa6"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 256
 #define PLAN_FSDP 256
@@ -54,7 +54,7 @@
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 92871529216 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 87808582400 /* its host (Grace) arena per GPU */
+#define PLAN_HOST_BYTES 87809630976 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "b8a25bb44960863c"
+#define PLAN_HASH "6b968950859a63b0"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -54,7 +54,7 @@
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 91192368640 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 92159095296 /* its host (Grace) arena per GPU */
+#define PLAN_HOST_BYTES 92160143872 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */

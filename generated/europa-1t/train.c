@@ -90,14 +90,11 @@ static void tokens_to_device(RtCtx *c) {
 #define GRAD_ALL_REDUCE rt_comm_all_reduce
 #endif
 
-/* Zeroes every group's gradient shard (a new step). A state arena in host memory is zeroed by the
- * host once the GPU is done with it (no device memset of host memory). */
+/* Zeroes every group's gradient shard (a new step). On the cuda backend a kernel on the stream
+ * (the state arena on the GPU, or in pinned host memory written over C2C): the host does not wait. */
 static void zero_grads(RtCtx *c) {
 #ifdef MTC_BACKEND_CUDA
-  if (STATE_ON_HOST) to_host(c, 0, 0);
-  for (int g = 0; g < N_GROUPS; g++)
-    if (STATE_ON_HOST) memset(c->state + step_groups[g].grad, 0, sizeof(real) * (size_t)step_groups[g].shard);
-    else rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+  for (int g = 0; g < N_GROUPS; g++) rt_cu_zero_state(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
 #else
   for (int g = 0; g < N_GROUPS; g++) rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
 #endif

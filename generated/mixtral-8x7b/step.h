@@ -8,7 +8,7 @@
 #define MODEL_NAME "mixtral-8x7b"
 #define SPEC_FILE "mixtral-8x7b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "a8a3180155af8ed7"
+#define PLAN_HASH "94dd1b0e0f13bbad"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -52,7 +52,7 @@
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 85836819200 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 59859675392 /* its host (Grace) arena per GPU */
+#define PLAN_HOST_BYTES 59860723968 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */

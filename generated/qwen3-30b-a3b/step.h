@@ -8,7 +8,7 @@
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "cd3e1a0c7c426bcc"
+#define PLAN_HASH "3a22ed7bfddc9c09"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
@@ -54,7 +54,7 @@
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 86217235200 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 47175691008 /* its host (Grace) arena per GPU */
+#define PLAN_HOST_BYTES 47176739584 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */

@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "68f2e7e98aeb3a86"
+#define PLAN_HASH "e56fd24e23438108"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2
@@ -54,7 +54,7 @@
 #define PEAK_FLOPS_PER_GPU 5.000000e+10 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 2 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 130775040 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 97570048 /* its host (Grace) arena per GPU */
+#define PLAN_HOST_BYTES 98618624 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 68157440 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 67108864 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 1048576 /* cuBLAS's workspace (an HBM reserve item the program allocates) */

@@ -173,6 +173,8 @@ void rt_cu_host_wait(const char *why) {
   host_poll(ev, why, true);
 }
 
+void cu_host_wait_event(cudaEvent_t ev, const char *why) { host_poll(ev, why, false); }
+
 void rt_cu_host_mark(void) {
   if (!marked) cu_check(cudaEventCreateWithFlags(&marked, cudaEventDisableTiming), "a host wait's mark");
   cu_check(cudaEventRecord(marked, cu.stream), "a host wait's mark");
@@ -191,7 +193,7 @@ static void host_poll(cudaEvent_t ev, const char *why, bool all) {
   for (;;) {
     cudaError_t e = cudaEventQuery(ev);
     if (e == cudaSuccess) {
-      if (all) waited = 0;
+      if (all) waited = 0, cu.ring_waited = cu.ring_issued; /* every copy issued before is done */
       return;
     }
     char msg[700], what[300];
@@ -473,7 +475,7 @@ static void exchange(Group *g, const act *send, const int64_t *sc, const int64_t
 
 /* Round a->round's blocks to the device (cu.moe's table, eoff after it): the non-empty blocks in
  * the received (source-major) order; returns their count. With eoff, the round's first row per
- * local expert too, copied into eoff (El + 1 ints). One copy up. */
+ * local expert too, copied into eoff (El + 1 ints). One copy up, through the copy ring. */
 static int upload_blocks(const RtA2A *a, int *eoff, const int *e) {
   size_t cnt, tab, eo, E = (size_t)cu.cfg.experts;
   cu_moe_layout(E, &cnt, &tab, &eo);
@@ -486,7 +488,7 @@ static int upload_blocks(const RtA2A *a, int *eoff, const int *e) {
     }
   size_t bytes = eo - tab;
   if (e) memcpy((char *)cu.moe_host + eo, e, sizeof(int) * (size_t)(a->El + 1)), bytes += sizeof(int) * (size_t)(a->El + 1);
-  cu_check(cudaMemcpyAsync((char *)cu.moe + tab, t, bytes, cudaMemcpyHostToDevice, cu.stream), "moe regroup");
+  cu_ring_upload((char *)cu.moe + tab, t, bytes);
   if (e)
     cu_check(cudaMemcpyAsync(eoff, (char *)cu.moe + eo, sizeof(int) * (size_t)(a->El + 1), cudaMemcpyDeviceToDevice,
                              cu.stream), "moe regroup");

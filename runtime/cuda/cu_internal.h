@@ -96,6 +96,11 @@ typedef struct {
   int defer, n_loss, n_sq, loss_n[CU_SCALARS];
   double loss_acc;
   float sq_acc;
+  /* the copy ring in rb (cu_ring_at): each slot's event and the number of the copy that used it
+   * last (0: known done), copies issued, the last one a host wait of the whole stream covered */
+  cudaEvent_t ring_ev[CU_RING_SLOTS];
+  unsigned long long ring_seq[CU_RING_SLOTS], ring_issued, ring_waited;
+  int ring_next;
 } CuState;
 
 extern CuState cu;
@@ -129,10 +134,19 @@ const int *cu_offsets(const int *dev, size_t n);
 /* The device's offsets array dev now holds the n ints host (recorded; copies of arrays it overlaps
  * are dropped). */
 void cu_offsets_known(const int *dev, const int *host, size_t n);
-/* bytes from device src into host dst, on the stream: returns when the copy is done (one host
- * synchronization: a copy into the pinned readback buffer and a poll, rt_cu_host_wait; two for
- * more bytes than its staging area holds: the wait, then a copy into dst). */
+/* bytes from device src into host dst, on the stream: returns when the copy is done (a copy into
+ * the pinned readback buffer's staging area and a poll, rt_cu_host_wait, per staging area's
+ * worth of bytes; never a pageable async copy). */
 void cu_download(void *dst, const void *src, size_t bytes);
+/* bytes from pageable host src to device dst, on the stream, through the pinned copy ring (a
+ * slot is written again once the copy that read it is done): src may be reused at once. */
+void cu_ring_upload(void *dst, const void *src, size_t bytes);
+/* bytes from device src into pageable host dst through the copy ring, up to CU_RING_SLOTS slots
+ * in flight; returns when dst holds them (host waits on the slots' events). */
+void cu_ring_download(void *dst, const void *src, size_t bytes);
+/* Waits on the host until ev is done, watching the communicators as rt_cu_host_wait does
+ * (comm_nccl.c). */
+void cu_host_wait_event(cudaEvent_t ev, const char *why);
 /* Whether the stream was made to wait for a collective since the last host wait (comm_nccl.c):
  * a blocking copy then polls first (rt_cu_host_wait), so that a hung collective is named. */
 int cu_comm_waited(void);

@@ -3,13 +3,17 @@
  * Nesterov momentum, Frobenius normalization, transpose when rows > cols, five quintic steps
  * (a, b, c) = (3.4445, −4.7750, 2.0315), scale 0.2·sqrt(max(rows, cols)), decoupled decay).
  *
- * Precision: fp32 operands with CUBLAS_COMPUTE_32F (no TF32, no bf16). The master weights,
- * gradients and momentum are fp32 already, so there is no cast; the iteration then matches the
- * host's to rounding (the emulated compare against the cpu build stays tight), and the quintic's
- * band is not widened by bf16's 8-bit mantissa. Newton-Schulz is a small part of a step's FLOPs
- * (europa-1t: a few GFLOP per matrix), so the tensor-core speed bf16 would buy is not worth
- * losing that. */
+ * Precision: bf16 operands with fp32 accumulation (cuBLAS CUDA_R_16BF A and B, CUBLAS_COMPUTE_32F),
+ * on the tensor cores: the iterate X stays fp32 (a·X added in fp32, cast to bf16 once per
+ * iteration), A = X Xᵀ and B = c A² + b A are bf16 results, as Muon's reference implementation
+ * (Keller Jordan, modded-nanogpt) runs its whole iteration in bf16. TF32
+ * (CUBLAS_COMPUTE_32F_FAST_TF32) would keep 10 mantissa bits instead of 7 but runs at half the
+ * bf16 rate on Hopper (NVIDIA H100 datasheet: 494.7 vs 989.4 dense TFLOP/s), and the plan prices
+ * Newton-Schulz at the bf16 rate (cost.c, dense_gemm x bf16_flops); fp32 operands ran on the FP32
+ * cores, about 1/15 of it. The quintic's singular-value band holds (tests/cuda/test_kernels_optim.c).
+ * Per iteration one cast, one copy and three GEMMs, as many operations as the fp32 iteration's. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -20,35 +24,40 @@ size_t rt_cu_newton_schulz_work(int batch, int rows, int cols) {
   return (size_t)batch * (2 * n + 2 * r * r + 1);
 }
 
-static void gemm(cublasOperation_t ta, int m, int n, int k, float alpha, const float *A, int lda, long long sa,
-                 const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch) {
-  cu_blas_check(cublasGemmStridedBatchedEx(cu.blas, ta, CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B,
-                                           CUDA_R_32F, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+/* C = alpha op(A) B + beta C over a batch, A and B bf16, C of type ct (bf16 or fp32), fp32
+ * accumulation (strides in elements). */
+static void gemm(cublasOperation_t ta, int m, int n, int k, float alpha, const void *A, int lda, long long sa,
+                 const void *B, int ldb, long long sb, float beta, void *C, cudaDataType_t ct, int ldc, long long sc,
+                 int batch) {
+  cu_blas_check(cublasGemmStridedBatchedEx(cu.blas, ta, CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B,
+                                           CUDA_R_16BF, ldb, sb, &beta, C, ct, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT),
                 "Newton-Schulz (cublasGemmStridedBatchedEx)");
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), "Newton-Schulz");
-}
-
-static void copy(float *dst, const float *src, size_t n) {
-  cu_check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cu.stream), "Newton-Schulz copy");
 }
 
 void rt_cu_newton_schulz(float *out, const float *g, int batch, int rows, int cols, float scale, float *work) {
   const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
   int tr = rows > cols, r = tr ? cols : rows, k = tr ? rows : cols; /* X is (r, k) row-major, r <= k */
   long long n = (long long)rows * cols, rr = (long long)r * r;
-  float *X = work, *Y = X + batch * n, *A = Y + batch * n, *B = A + batch * rr, *inv = B + batch * rr;
-  long ln = (long)n;
+  /* fp32 X (batch n); bf16 Xb (batch n), A (batch rr), B (batch rr); the norms last:
+   * batch n + ceil(batch (n + 2 rr) / 2) + batch <= batch (2 n + 2 rr + 1) */
+  float *X = work;
+  uint16_t *Xb = (uint16_t *)(void *)(X + batch * n), *A = Xb + batch * n, *B = A + batch * rr;
+  float *inv = X + batch * n + (batch * (n + 2 * rr) + 1) / 2;
+  long ln = (long)n, nx = (long)(batch * n);
   cu_launch(K_NS_INV_NORM, (unsigned)batch, 256, (void *[]){&inv, &g, &ln});
   cu_launch3(K_NS_PREP, cu_blocks(n, 256), (unsigned)batch, 1, 256, (void *[]){&X, &g, &inv, &rows, &cols, &tr});
   /* cuBLAS is column-major: row-major X (r, k) is Xᵀ (k, r) with ld k to it; A and B are
    * symmetric, so either reading of them is the same */
   for (int it = 0; it < 5; it++) {
-    gemm(CUBLAS_OP_T, r, r, k, 1, X, k, n, X, k, n, 0, A, r, rr, batch); /* A = X Xᵀ */
-    copy(B, A, (size_t)(batch * rr));
-    gemm(CUBLAS_OP_N, r, r, r, c, A, r, rr, A, r, rr, b, B, r, rr, batch); /* B = c A² + b A */
-    copy(Y, X, (size_t)(batch * n));
-    gemm(CUBLAS_OP_N, k, r, r, 1, Y, k, n, B, r, rr, a, X, k, n, batch); /* X = a X + B X: Xᵀ = a Xᵀ + Xᵀ B */
+    cu_launch(K_CAST_BF16, cu_blocks(nx, 256), 256, (void *[]){&Xb, &X, &nx}); /* Xb = bf16(X) */
+    gemm(CUBLAS_OP_T, r, r, k, 1, Xb, k, n, Xb, k, n, 0, A, CUDA_R_16BF, r, rr, batch); /* A = X Xᵀ */
+    cu_check(cudaMemcpyAsync(B, A, sizeof(uint16_t) * (size_t)(batch * rr), cudaMemcpyDeviceToDevice, cu.stream),
+             "Newton-Schulz copy");
+    gemm(CUBLAS_OP_N, r, r, r, c, A, r, rr, A, r, rr, b, B, CUDA_R_16BF, r, rr, batch); /* B = c A² + b A */
+    /* X = a X + B X: Xᵀ = a Xᵀ + Xᵀ B */
+    gemm(CUBLAS_OP_N, k, r, r, 1, Xb, k, n, B, r, rr, a, X, CUDA_R_32F, k, n, batch);
   }
   cu_launch3(K_NS_FINISH, cu_blocks(n, 256), (unsigned)batch, 1, 256, (void *[]){&out, &X, &rows, &cols, &tr, &scale});
 }
@@ -186,7 +195,9 @@ void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const 
     const RtMuonShard *q = &gs[i];
     int64_t lo = (int64_t)me * q->S, hi = lo + q->S, S = q->S;
     if (!group_moves(t, nt, q->g, S)) continue;
-    rt_cuda_upload(N, q->nest, (size_t)S * sizeof(float));
+    /* q->nest lies in the pinned hwork, untouched until the next step's host waits */
+    cu_check(cudaMemcpyAsync(N, q->nest, (size_t)S * sizeof(float), cudaMemcpyHostToDevice, cu.stream),
+             "Muon: the owners' updates up");
     for (int j = 0; j < nt; j++) {
       const RtTensor *T = &t[j];
       if (T->group != q->g || !T->muon) continue;

@@ -88,7 +88,7 @@ void cu_gemm(const char *op, cublasOperation_t ta, cublasOperation_t tb, int m, 
  * delta (tokens × heads fp32) and, bf16 build, cuDNN's dQ accumulator (tokens × heads × head_dim fp32), cross-entropy's sums (2 × tokens + 1 fp32), one double, the grouped GEMMs'
  * pointer arrays (CU_GROUPED_SLOTS × 3 × experts), the MoE scratch (cu_moe_layout); on the host
  * (cu_host_scratch) the MoE scratch's mirror and CU_OFF_CACHE offsets arrays (experts + 1 ints
- * each), and pinned the readback buffer (cu_rb_layout). rt_cuda_setup allocates exactly these;
+ * each), and pinned the readback buffer with the copy ring (cu_rb_layout). rt_cuda_setup allocates exactly these;
  * rt_cuda_scratch_bytes reports them. The plan's workspace.runtime item is the device part less
  * cuBLAS's workspace, bf16 build (compiler/placement.c plan_runtime_scratch): change both
  * together; its workspace.runtime_host item is the host part (plan_runtime_host_scratch, equal to
@@ -210,6 +210,9 @@ int rt_cuda_setup(const RtCudaConfig *cfg, int local_rank, char *err, size_t err
   if (!cu.moe_host || !cu.off_host) return snprintf(err, errlen, "out of host memory"), -1;
   if (cudaMallocHost(&cu.rb, sc.rb) != cudaSuccess)
     return snprintf(err, errlen, "cannot allocate the runtime's pinned readback buffer"), -1;
+  for (int k = 0; k < CU_RING_SLOTS; k++)
+    if (cudaEventCreateWithFlags(&cu.ring_ev[k], cudaEventDisableTiming) != cudaSuccess)
+      return snprintf(err, errlen, "cannot create the copy ring's events"), -1;
   cu.ready = 1;
   if (use_cudnn()) {
     if (cu_attn_cudnn_init(err, errlen)) return -1;
@@ -232,6 +235,7 @@ void rt_cuda_teardown(void) {
   cudaFree(cu.dqacc);
   cudaFree(cu.delta), cudaFree(cu.ce), cudaFree(cu.red), cudaFree(cu.gptr), cudaFree(cu.rl), cudaFree(cu.workspace);
   cudaFree(cu.moe), free(cu.moe_host), free(cu.off_host), cudaFreeHost(cu.rb);
+  for (int k = 0; k < CU_RING_SLOTS; k++) cudaEventDestroy(cu.ring_ev[k]);
   cudaLibraryUnload(cu.lib);
   cublasDestroy(cu.blas);
   cudaStreamDestroy(cu.stream);
@@ -266,12 +270,62 @@ void *rt_cuda_alloc(size_t bytes, char *err, size_t errlen) {
 }
 
 void rt_cuda_free(void *p) { cudaFree(p); }
-void rt_cuda_upload(void *dst, const void *src, size_t bytes) {
-  /* from pageable memory: the copy has taken its source when it returns, so the host buffer may
-   * be reused at once, without waiting for the device */
-  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu.stream), "upload");
+/* Slot k of the copy ring. */
+static char *ring_at(int k) { return (char *)cu.rb + cu_ring_at() + (size_t)k * CU_RING_SLOT; }
+
+/* The next slot of the copy ring, once the copy that used it last is done: known from a host wait
+ * of the whole stream since (ring_waited), else waited for on its event. */
+static int ring_take(const char *why) {
+  int k = cu.ring_next;
+  cu.ring_next = (k + 1) % CU_RING_SLOTS;
+  if (cu.ring_seq[k] > cu.ring_waited) cu_host_wait_event(cu.ring_ev[k], why);
+  cu.ring_seq[k] = 0;
+  return k;
 }
-void rt_cuda_download(void *dst, const void *src, size_t bytes) { cu_download(dst, src, bytes); }
+
+/* Marks slot k in use by the copy just issued on the stream. */
+static void ring_issued(int k, const char *why) {
+  cu_check(cudaEventRecord(cu.ring_ev[k], cu.stream), why);
+  cu.ring_seq[k] = ++cu.ring_issued;
+}
+
+void cu_ring_upload(void *dst, const void *src, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += CU_RING_SLOT) {
+    size_t n = bytes - o < CU_RING_SLOT ? bytes - o : CU_RING_SLOT;
+    int k = ring_take("upload");
+    memcpy(ring_at(k), (const char *)src + o, n);
+    cu_check(cudaMemcpyAsync((char *)dst + o, ring_at(k), n, cudaMemcpyHostToDevice, cu.stream), "upload");
+    ring_issued(k, "upload");
+  }
+}
+
+void cu_ring_download(void *dst, const void *src, size_t bytes) {
+  size_t chunks = (bytes + CU_RING_SLOT - 1) / CU_RING_SLOT;
+  int slot[CU_RING_SLOTS];
+  for (size_t c = 0; c < chunks + CU_RING_SLOTS; c++) {
+    if (c >= CU_RING_SLOTS && c - CU_RING_SLOTS < chunks) { /* chunk r is out of its slot once done */
+      size_t r = c - CU_RING_SLOTS, o = r * CU_RING_SLOT, n = bytes - o < CU_RING_SLOT ? bytes - o : CU_RING_SLOT;
+      int k = slot[r % CU_RING_SLOTS];
+      cu_host_wait_event(cu.ring_ev[k], "download");
+      memcpy((char *)dst + o, ring_at(k), n);
+      cu.ring_seq[k] = 0;
+    }
+    if (c < chunks) {
+      size_t o = c * CU_RING_SLOT, n = bytes - o < CU_RING_SLOT ? bytes - o : CU_RING_SLOT;
+      int k = ring_take("download");
+      cu_check(cudaMemcpyAsync(ring_at(k), (const char *)src + o, n, cudaMemcpyDeviceToHost, cu.stream), "download");
+      ring_issued(k, "download");
+      slot[c % CU_RING_SLOTS] = k;
+    }
+  }
+}
+
+void rt_cuda_upload(void *dst, const void *src, size_t bytes) { cu_ring_upload(dst, src, bytes); }
+void rt_cuda_download(void *dst, const void *src, size_t bytes) {
+  size_t loss, stage, room = cu_rb_layout((size_t)(cu.cfg.experts > 0 ? cu.cfg.experts : 1), &loss, &stage) - stage;
+  if (bytes <= room) cu_download(dst, src, bytes);
+  else cu_ring_download(dst, src, bytes);
+}
 void rt_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
   cu_check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
 }

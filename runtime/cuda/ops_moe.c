@@ -239,18 +239,13 @@ void cu_offsets_known(const int *dev, const int *host, size_t n) {
 
 void cu_download(void *dst, const void *src, size_t bytes) {
   size_t loss, stage, room = cu_rb_layout((size_t)(cu.cfg.experts > 0 ? cu.cfg.experts : 1), &loss, &stage) - stage;
-  if (!bytes) return;
-  if (bytes <= room) {
-    void *st = (char *)cu.rb + stage;
-    cu_check(cudaMemcpyAsync(st, src, bytes, cudaMemcpyDeviceToHost, cu.stream), "download");
+  void *st = (char *)cu.rb + stage; /* pinned: the copy lands there, the host copies it out after the wait */
+  for (size_t at = 0; at < bytes; at += room) {
+    size_t n = bytes - at < room ? bytes - at : room;
+    cu_check(cudaMemcpyAsync(st, (const char *)src + at, n, cudaMemcpyDeviceToHost, cu.stream), "download");
     rt_cu_host_wait("download");
-    memcpy(dst, st, bytes);
-    return;
+    memcpy((char *)dst + at, st, n);
   }
-  /* more: a copy into pageable dst, which returns once it is done; when the stream waits for a
-   * collective, after a host wait that watches it */
-  if (cu_comm_waited()) rt_cu_host_wait("download");
-  cu_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu.stream), "download");
 }
 
 void rt_moe_gather(act *xp, const act *x, const int32_t *pos, int N, int K, int C) {

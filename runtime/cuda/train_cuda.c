@@ -1,6 +1,7 @@
 /* train_cuda.c — the optimizer step on the device: AdamW over a shard's tensors (the kernel of
  * kernels.cu, one launch per tensor piece, with or without weight decay) and the squared norm
- * of a gradient shard; the step's scalars (losses and sums of squares) read in one copy. */
+ * of a gradient shard; the step's scalars (losses and sums of squares) read in one copy; the
+ * gradients' clear before a step. */
 #include <math.h>
 
 #include "cu_internal.h"
@@ -23,6 +24,12 @@ void rt_cu_adamw_shard(float *param, float *m, float *v, const float *grad, cons
     cu_launch(K_ADAMW, cu_blocks(n, 256), 256, (void *[]){&p, &mm, &vv, &gr, &n, &lr, &b1, &b2, &eps, &wd, &c1, &c2,
                                                            &grad_scale});
   })
+}
+
+void rt_cu_zero_state(float *x, size_t n) {
+  float zero = 0;
+  long ln = (long)n;
+  if (ln) cu_launch(K_FILL, cu_blocks(ln, 256), 256, (void *[]){&x, &zero, &ln});
 }
 
 /* Σ g² of n values into cu.red (device double). */

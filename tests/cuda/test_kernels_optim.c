@@ -76,10 +76,14 @@ static void sv_range(const float *u, int rows, int cols, double scale, double *l
 }
 
 
-/* Muon's Newton-Schulz on the device (rt_cu_newton_schulz: batches of fp32 cuBLAS strided GEMMs)
- * against the host's (rt_newton_schulz, times Muon's scale), for a batch of tall matrices (the
- * transposed path) and one of wide ones, in place as the Muon step runs it; and the singular
- * values of every result in the quintic's band, about [0.68, 1.13] (checked as [0.65, 1.16]). */
+/* Muon's Newton-Schulz on the device (rt_cu_newton_schulz: batches of cuBLAS strided GEMMs of
+ * bf16 operands, fp32 accumulation) against the host's (rt_newton_schulz in fp32, times Muon's
+ * scale), for a batch of tall matrices (the transposed path) and one of wide ones, in place as the
+ * Muon step runs it: within 8e-2 of the largest value (the operands' bf16 rounding, 2^-9
+ * relative, grows along the small singular directions, where the quintic's slope is a = 3.4 per
+ * iteration, up to ~3.4^5 over five; 2.5e-2 to 2.9e-2 measured on the emulation); and the singular
+ * values of every result in the quintic's band, about [0.68, 1.13] (checked as [0.65, 1.16]), the
+ * property Muon needs. */
 void test_newton_schulz(void) {
   static const int shapes[][3] = {{3, 40, 24}, {2, 16, 32}}; /* batch, rows, cols */
   for (int s = 0; s < 2; s++) {
@@ -93,7 +97,7 @@ void test_newton_schulz(void) {
     }
     float *dg = devf(g, (size_t)b * n), *dw = devf(NULL, rt_cu_newton_schulz_work(b, rows, cols));
     rt_cu_newton_schulz(dg, dg, b, rows, cols, scale, dw);
-    check_dev(s ? "newton_schulz wide" : "newton_schulz tall (batch 3)", dg, ref, (size_t)b * n, 1e-4);
+    check_real(s ? "newton_schulz wide" : "newton_schulz tall (batch 3)", dg, ref, (size_t)b * n, 8e-2);
     rt_cuda_download(got, dg, sizeof(float) * (size_t)b * n);
     double lo = 1e9, hi = 0;
     for (int i = 0; i < b; i++) {

@@ -61,7 +61,7 @@ program() {
   rm -rf "$dir"
   "$mtc" compile "${case_spec:-${SPEC:-$root/specs/tiny-moe.yaml}}" -o "$dir" "$@" >"$work/$name.compile.log" 2>&1 &&
     cmake -S "$here" -B "$dir/build-emu" -DEMU_PROGRAM="$dir" "${cmake_args[@]}" >"$work/$name.build.log" 2>&1 &&
-    cmake --build "$dir/build-emu" -j"$(nproc)" >>"$work/$name.build.log" 2>&1 ||
+    cmake --build "$dir/build-emu" -j"$(nproc)" --target train train_cpu >>"$work/$name.build.log" 2>&1 ||
     { echo "compare.sh: building $name failed (see $work/$name.*.log)" >&2; return 1; }
 }
 

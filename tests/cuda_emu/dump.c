@@ -17,7 +17,11 @@
 #endif
 
 real __real_step_forward(RtCtx *c);
-void emu_arena_checks(int on); /* fake_cuda.cpp */
+#ifdef MTC_BACKEND_CUDA
+void emu_arena_checks(int on);              /* fake_cuda.cpp */
+void emu_counting(int on);                  /* EMU_COUNTS: off while the arena is poisoned or dumped */
+void emu_counts_step(int rank, long step); /* EMU_COUNTS: the lines of the steps before */
+#endif
 void __real_step_backward(RtCtx *c);
 
 /* Copies n values of `bytes` each at p (device memory on the cuda backend) to h. */
@@ -81,16 +85,37 @@ static void poison(RtCtx *c) {
 #endif
 }
 
+/* EMU_COUNTS (cuda build): a training step starts at the first forward pass of its ACCUM
+ * micro-batches; the counts of the step before (from its first forward pass to this one: its
+ * micro-batches, gradient norm, optimizer step and metrics, and this step's gradient clear) are
+ * written then, the last step's at exit (with what the program does after it). The checker's own
+ * poison and dumps are not counted. */
+#ifdef MTC_BACKEND_CUDA
+static int counts_rank;
+static long forwards; /* forward passes so far */
+static void counts_at_exit(void) { emu_counts_step(counts_rank, (forwards + ACCUM - 1) / ACCUM); }
+static void count_step(RtCtx *c) {
+  if (forwards == 0) counts_rank = c->comm.rank, atexit(counts_at_exit);
+  if (forwards % ACCUM == 0) emu_counts_step(c->comm.rank, forwards / ACCUM);
+  forwards++;
+}
+#define COUNTING(on) emu_counting(on)
+#else
+#define count_step(c) (void)(c)
+#define COUNTING(on) (void)0
+#endif
+
 real __wrap_step_forward(RtCtx *c) {
   static int calls;
-  poison(c);
+  count_step(c);
+  COUNTING(0), poison(c), COUNTING(1);
   real loss = __real_step_forward(c);
-  dump(c, "fwd", &calls);
+  COUNTING(0), dump(c, "fwd", &calls), COUNTING(1);
   return loss;
 }
 
 void __wrap_step_backward(RtCtx *c) {
   static int calls;
   __real_step_backward(c);
-  dump(c, "bwd", &calls);
+  COUNTING(0), dump(c, "bwd", &calls), COUNTING(1);
 }

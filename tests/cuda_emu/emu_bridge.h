@@ -10,6 +10,7 @@
 
 // Runs op on stream s as fake_cuda.cpp runs a cuBLAS call: at once, or queued (EMU_STREAMS=lazy).
 void emu_issue(cudaStream_t s, const char *name, std::function<void()> op);
+void emu_count_cudnn(void);             // one cuDNN plan executed (EMU_COUNTS)
 void emu_report_error(const char *msg); // "cuda-emu: ERROR: msg"; aborts under EMU_STRICT
 void emu_report_trace(const char *msg); // printed with EMU_TRACE=1
 bool emu_tracing(void);

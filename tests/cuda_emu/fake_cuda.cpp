@@ -7,7 +7,8 @@
 //            arguments are checked against the allocations: a pageable host pointer where the
 //            device reads, a copy past an allocation's end, a wrong cudaMemcpyKind. EMU_PROTECT=1
 //            keeps device memory PROT_NONE except while an emulated device operation runs, so host
-//            code that dereferences a device pointer faults and is reported with a backtrace.
+//            code that dereferences a device pointer faults and is reported with a backtrace. An
+//            asynchronous copy from or to pageable host memory is an error (EMU_PAGEABLE_OK).
 //   streams  EMU_STREAMS=sync (default): every operation runs when it is issued, so stream order
 //            is program order. EMU_STREAMS=lazy: every stream is a queue run as late as CUDA's
 //            rules allow (a host wait, an event query, a blocking copy, a stream waiting on an
@@ -38,7 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <execinfo.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -132,8 +135,18 @@ static size_t device_peak, pinned_bytes, pinned_peak;
 // caller's return addresses, as backtrace_symbols writes them: addr2line -f -e train OFFSET)
 static long host_syncs;
 static std::map<std::string, long> sync_sites;
+// EMU_COUNTS=FILE: what each training step issues, one JSON line per step and rank appended to
+// FILE (emu_counts_step, called by dump.c at each step's first forward pass). Not counted while
+// dump.c poisons or dumps the arena (emu_counting).
+struct Counts {
+  long launches, blas, cudnn, memsets, copies, pageable_copies, host_syncs, nccl;
+  size_t bytes_h2d, bytes_d2h, bytes_d2d, bytes_memset;
+};
+static Counts counts;
+static bool counting = true;
 static void host_sync(const char *what) {
   host_syncs++;
+  if (counting) counts.host_syncs++;
   static int sites = env_int("EMU_SYNC_SITES", 0);
   if (!sites) return;
   void *bt[6];
@@ -149,6 +162,28 @@ static void mem_report(void) {
           pinned_peak, host_syncs);
   for (auto &s : sync_sites) fprintf(stderr, "emu-sync: rank %d %ld %s\n", my_rank(), s.second, s.first.c_str());
 }
+// Appends the counts since the last call to $EMU_COUNTS as step `step` of `rank`, then starts
+// the next step's; without EMU_COUNTS nothing is written. One write(2) of one line with O_APPEND,
+// so the ranks' lines do not interleave.
+extern "C" void emu_counts_step(int rank, long step) {
+  const char *path = getenv("EMU_COUNTS");
+  Counts c = counts;
+  counts = Counts{};
+  if (!path || !*path || step < 1) return;
+  char line[768];
+  int n = snprintf(line, sizeof line,
+                   "{\"step\":%ld,\"rank\":%d,\"launches\":%ld,\"blas\":%ld,\"cudnn\":%ld,\"memsets\":%ld,"
+                   "\"copies\":%ld,\"pageable_copies\":%ld,\"host_syncs\":%ld,\"nccl\":%ld,\"bytes_h2d\":%zu,"
+                   "\"bytes_d2h\":%zu,\"bytes_d2d\":%zu,\"bytes_memset\":%zu}\n",
+                   step, rank, c.launches, c.blas, c.cudnn, c.memsets, c.copies, c.pageable_copies, c.host_syncs,
+                   c.nccl, c.bytes_h2d, c.bytes_d2h, c.bytes_d2d, c.bytes_memset);
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0 || write(fd, line, (size_t)n) != n || close(fd) != 0) {
+    fprintf(stderr, "cuda-emu: ERROR: EMU_COUNTS=%s: cannot append: %s\n", path, strerror(errno));
+    abort();
+  }
+}
+extern "C" void emu_counting(int on) { counting = on != 0; }
 static const size_t TOTAL = 80ull << 30; // cudaMemGetInfo's total: a fake 80 GiB
 
 // The allocation holding p, or nullptr.
@@ -536,6 +571,55 @@ static cudaMemcpyKind check_copy(void *dst, const void *src, size_t n, cudaMemcp
   return kind;
 }
 
+// Pageable asynchronous copies (cudaMemcpyAsync from or to host memory that is not pinned) are
+// refused: CUDA may take such a source later than the call (GH200 reads pageable memory over
+// C2C), may block, and cannot capture them in a graph. EMU_PAGEABLE_OK lists the call sites still
+// allowed, comma-separated FILE:FUNCTION as addr2line names the runtime's caller (inlined frames
+// too); unset, the known offenders below (none: the runtime has no pageable async copy left).
+static const char *const known_pageable = "";
+// "FILE:FUNCTION" of the frames at return address ret, innermost first (addr2line -f -i -s), cached.
+static const std::vector<std::string> &frames_at(void *ret) {
+  static std::map<void *, std::vector<std::string>> cache;
+  auto it = cache.find(ret);
+  if (it != cache.end()) return it->second;
+  std::vector<std::string> &out = cache[ret];
+  Dl_info di;
+  if (!dladdr(ret, &di) || !di.dli_fname) return out;
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "addr2line -f -i -s -e '%s' 0x%lx 2>/dev/null", di.dli_fname,
+           (unsigned long)((uintptr_t)ret - 1 - (uintptr_t)di.dli_fbase));
+  FILE *f = popen(cmd, "r");
+  char fn[512], fl[512];
+  while (f && fgets(fn, sizeof fn, f) && fgets(fl, sizeof fl, f)) {
+    fn[strcspn(fn, "\n")] = 0;
+    char *colon = strchr(fl, ':');
+    if (colon) *colon = 0;
+    out.push_back(std::string(fl) + ":" + fn);
+  }
+  if (f) pclose(f);
+  return out;
+}
+// Whether the caller of this copy (the first frame outside this file) is in EMU_PAGEABLE_OK.
+static bool pageable_allowed(std::string *site) {
+  const char *list = getenv("EMU_PAGEABLE_OK") ? getenv("EMU_PAGEABLE_OK") : known_pageable;
+  void *bt[8];
+  int n = backtrace(bt, 8);
+  for (int i = 1; i < n; i++) {
+    const std::vector<std::string> &fr = frames_at(bt[i]);
+    bool ours = false;
+    for (const std::string &x : fr) ours |= x.rfind("fake_cuda.cpp:", 0) == 0;
+    if (ours || fr.empty()) continue;
+    *site = fr[0];
+    for (const std::string &x : fr) {
+      std::string l = std::string(",") + list + ",";
+      if (l.find("," + x + ",") != std::string::npos) return true;
+    }
+    return false;
+  }
+  *site = "(unknown)";
+  return false;
+}
+
 static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t n, cudaMemcpyKind kind, bool async,
                              const char *what) {
   trace("%s(%p <- %p, %zu, kind %d)", what, dst, src, n, (int)kind);
@@ -543,6 +627,21 @@ static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t
   kind = check_copy(dst, src, n, kind, what);
   const Alloc *s = find(src), *d = find(dst);
   bool pageable_src = !s, pageable_dst = !d;
+  if (counting) {
+    counts.copies++;
+    if (kind == cudaMemcpyHostToDevice) counts.bytes_h2d += n;
+    else if (kind == cudaMemcpyDeviceToHost) counts.bytes_d2h += n;
+    else if (kind == cudaMemcpyDeviceToDevice) counts.bytes_d2d += n;
+  }
+  if (async && ((pageable_src && kind == cudaMemcpyHostToDevice) || (pageable_dst && kind == cudaMemcpyDeviceToHost))) {
+    if (counting) counts.pageable_copies++;
+    std::string site;
+    if (!pageable_allowed(&site))
+      emu_error("%s at %s: %zu bytes %s pageable host memory %p; expected pinned memory (cudaMallocHost) left "
+                "untouched until an event says the copy is done (EMU_PAGEABLE_OK lists allowed call sites)",
+                what, site.c_str(), n, kind == cudaMemcpyHostToDevice ? "from" : "into",
+                kind == cudaMemcpyHostToDevice ? src : (const void *)dst);
+  }
   if (pageable_src && kind == cudaMemcpyHostToDevice) { // CUDA takes a pageable source at the call
     std::shared_ptr<std::vector<char>> copy = std::make_shared<std::vector<char>>((const char *)src, (const char *)src + n);
     issue(st, what, [=] { memcpy(dst, copy->data(), n); });
@@ -562,12 +661,14 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, cudaMemcpyKind
 cudaError_t cudaMemset(void *p, int v, size_t n) {
   trace("cudaMemset(%p, %d, %zu)", p, v, n);
   check_dev_range(p, n, "cudaMemset");
+  if (counting) counts.memsets++, counts.bytes_memset += n;
   issue(&legacy, "cudaMemset", [=] { memset(p, v, n); });
   return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   trace("cudaMemsetAsync(%p, %d, %zu)", p, v, n);
   check_dev_range(p, n, "cudaMemsetAsync");
+  if (counting) counts.memsets++, counts.bytes_memset += n;
   issue(stream_of(s, "cudaMemsetAsync"), "cudaMemsetAsync", [=] { memset(p, v, n); });
   return cudaSuccess;
 }
@@ -859,6 +960,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
     }
   }
   launches++;
+  if (counting) counts.launches++;
   EmuDim g = {grid.x, grid.y, grid.z}, b = {block.x, block.y, block.z};
   issue(st, k->name, [=] {
     void *a[EMU_MAX_PARAMS];
@@ -1061,6 +1163,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         tb == CUBLAS_OP_N ? 'N' : 'T', m, n, k, lda, ldb, ldc, g.beta, compute);
   cublasStatus_t s = check_gemm(g, "cublasGemmEx");
   if (s != CUBLAS_STATUS_SUCCESS) return s;
+  if (counting) counts.blas++;
   issue(stream_of(h->stream, "cublasGemmEx"), "cublasGemmEx", [=] { run_gemm(g); });
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -1109,6 +1212,7 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     if (s != CUBLAS_STATUS_SUCCESS) return s;
   }
   trace("%s: %d groups, %d GEMMs, compute %d", what, group_count, total, compute);
+  if (counting) counts.blas++;
   issue(stream_of(h->stream, what), what, [=]() mutable {
     for (int i = 0; i < total; i++) {
       gs[i].A = Aarray[i], gs[i].B = Barray[i], gs[i].C = Carray[i];
@@ -1146,6 +1250,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     if (s != CUBLAS_STATUS_SUCCESS) return s;
     gs.push_back(g);
   }
+  if (counting) counts.blas++;
   issue(stream_of(h->stream, what), what, [=] {
     for (const Gemm &g : gs) run_gemm(g);
   });
@@ -1228,6 +1333,7 @@ static ncclResult_t p2p(bool send, const void *buf, size_t count, ncclDataType_t
   if (group_depth) {
     group_ops.push_back(o);
   } else {
+    if (counting) counts.nccl++;
     issue(stream_of(s, what), what, [=] { run_p2p({o}); });
   }
   return ncclSuccess;
@@ -1261,6 +1367,7 @@ static void drop(cudaStream_t s, const char *what) { // an operation that never 
 static std::vector<std::pair<cudaStream_t, std::function<void()>>> group_colls;
 static void collective(cudaStream_t s, const char *what, ncclComm *c, std::function<void()> op) {
   stream_of(s, what);
+  if (counting) counts.nccl++;
   if (group_depth) group_colls.push_back({s, op});
   else if (injected(c)) drop(s, what);
   else issue(stream_of(s, what), what, op);
@@ -1436,6 +1543,7 @@ ncclResult_t ncclGroupEnd(void) {
   colls.swap(group_colls);
   for (auto &c : colls) issue(stream_of(c.first, "ncclGroupEnd"), "nccl collective", c.second);
   if (ops.empty()) return ncclSuccess;
+  if (counting) counts.nccl++; // one group of sends and receives
   cudaStream_t s = ops[0].stream;
   for (const P2P &o : ops)
     if (o.stream != s) emu_warn("ncclGroupEnd: send/recv of one group on different streams (emulated on the first)");
@@ -1460,6 +1568,9 @@ static struct Summary {
 
 // ---- lent to the other fakes (emu_bridge.h) ----
 #include "emu_bridge.h"
+void emu_count_cudnn(void) {
+  if (counting) counts.cudnn++;
+}
 void emu_issue(cudaStream_t s, const char *name, std::function<void()> op) { issue(stream_of(s, name), name, std::move(op)); }
 void emu_report_error(const char *msg) { emu_error("%s", msg); }
 void emu_report_trace(const char *msg) { trace("%s", msg); }

@@ -592,6 +592,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t h, cudnnBackendDescriptor_t plan
         auto copy = std::make_shared<std::vector<char>>((char *)it->second, (char *)it->second + type_bytes(tt.type));
         keep.push_back(copy), it->second = copy->data();
       }
+  emu_count_cudnn();
   emu_issue(h->h.stream, "cudnnBackendExecute", [ex, ops, keep] { ex->run(ops); });
   return CUDNN_STATUS_SUCCESS;
 }

@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 [ -f "$dir/kernels.cu" ] || { echo "run.sh: $dir holds no kernels.cu; expected an mtc compile output" >&2; exit 2; }
 # shellcheck disable=SC2086 # EMU_CMAKE_ARGS: more -D arguments, split at spaces
 cmake -S "$here" -B "$dir/build-emu" -DEMU_PROGRAM="$dir" ${EMU_CMAKE_ARGS:-} >"$dir/build-emu.log" 2>&1 &&
-  cmake --build "$dir/build-emu" -j"$(nproc)" >>"$dir/build-emu.log" 2>&1 ||
+  cmake --build "$dir/build-emu" -j"$(nproc)" --target train >>"$dir/build-emu.log" 2>&1 ||
   { tail -30 "$dir/build-emu.log"; echo "run.sh: the emulated build of $dir failed ($dir/build-emu.log)" >&2; exit 2; }
 export MTC_KERNEL_CACHE=${MTC_KERNEL_CACHE:-$dir/build-emu/kernel-cache}
 export EMU_ARENA_MAP=${EMU_ARENA_MAP-$dir/step.c} # device ranges must stay inside one arena buffer
