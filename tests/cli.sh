@@ -297,6 +297,14 @@ sed 's/"bytes": 1e8}/"bytes": 1e11}/' "$tmpc/p.json" >"$tmpc/fastmem.json" # 1e1
 expect 2 'efficiency.elementwise would be 40, above 1.*raise gpu.hbm_bandwidth in cpu' \
   "$mtc" calibrate "$tmpc/fastmem.json" --preset cpu -o "$tmpc/out.yaml"
 expect 2 "unknown cluster preset 'nosuch'" "$mtc" calibrate "$tmpc/p.json" --preset nosuch -o "$tmpc/out.yaml"
+# a profile fits only the kind of hardware that measured it: the cpu backend's against a GPU preset
+# (GH200 efficiencies of 1e-6) and the cuda backend's against the cpu preset are refused, nothing written
+expect 2 "p.json: measured by the cpu backend, but preset jupiter-booster is a GPU cluster's \(gpu.name 'GH200.*--preset cpu" \
+  "$mtc" calibrate "$tmpc/p.json" --preset jupiter-booster -o "$tmpc/gpu.yaml"
+sed 's/"backend": "cpu"/"backend": "cuda"/' "$tmpc/p.json" >"$tmpc/cuda.json"
+expect 2 "cuda.json: measured by the cuda backend, but preset cpu is the cpu backend's ranks" \
+  "$mtc" calibrate "$tmpc/cuda.json" --preset cpu -o "$tmpc/gpu.yaml"
+[ -e "$tmpc/gpu.yaml" ] && { echo "FAIL: calibrate wrote a preset from a profile of other hardware"; fail=1; }
 expect 2 'cannot write .*no/dir/out.yaml' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
 # a FIFO is refused, never waited on, as a profile and as -o; -o is never written through a link
 mkfifo "$tmpc/fifo"
