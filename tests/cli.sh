@@ -258,6 +258,17 @@ expect 2 'building .*/host/build-cuda failed' env MTC_ROOT="$tmp/no-runtime" "$m
 [ -d "$tmp/host/build-cuda" ] && [ ! -e "$tmp/host/build" ] || { echo "FAIL: mtc build --backend cuda did not use DIR/build-cuda"; fail=1; }
 grep -q '^  ./build-cuda/train --data' generated/europa-1t/launch.sbatch &&
   grep -q '^  ./build/train --data' generated/tiny-moe/launch.sbatch || { echo "FAIL: launch.sbatch runs the wrong build"; fail=1; }
+# a compile that writes another program over a built one removes what mtc build made of the old one
+# (DIR/build/train would still train the earlier model or plan), saying to rebuild; a compile that
+# writes the same program keeps it (the build tree here a stand-in: a CMakeCache.txt made for it)
+"$mtc" compile specs/tiny-moe.yaml -o "$tmp/stale" >/dev/null && mkdir -p "$tmp/stale/build" &&
+  printf 'CMAKE_CACHEFILE_DIR:INTERNAL=%s\n' "$(cd "$tmp/stale/build" && pwd -P)" >"$tmp/stale/build/CMakeCache.txt" &&
+  echo old >"$tmp/stale/build/train" || { echo "FAIL: the stale-build setup"; fail=1; }
+"$mtc" compile specs/tiny-moe.yaml -o "$tmp/stale" | grep -q 'note: removed' && { echo "FAIL: an unchanged compile removed build/train"; fail=1; }
+[ -f "$tmp/stale/build/train" ] || { echo "FAIL: an unchanged compile removed build/train"; fail=1; }
+expect 0 "note: removed 1 program\(s\) mtc build made in .*/stale \(build.../train\): built from the earlier program there, not this one; rebuild with: mtc build .*/stale$" \
+  "$mtc" compile specs/tiny-moe.yaml -o "$tmp/stale" --set training.steps=70
+[ ! -e "$tmp/stale/build/train" ] && [ -f "$tmp/stale/build/CMakeCache.txt" ] || { echo "FAIL: the earlier program's build/train stayed"; fail=1; }
 # mtc calibrate: usage, and each bad profile named with its file, field and what was expected
 # (the round trip from a real profile: tests/train/calibrate.sh)
 tmpc=$(mktemp -d)
