@@ -27,7 +27,8 @@
  * above 1 is refused, as for the memory-bound factors). A compute factor above 1 (a GEMM faster
  * than the preset's gpu.bf16_flops, as a real core is than the cpu preset's guess) raises
  * gpu.bf16_flops to the fastest measured rate instead, with a comment saying so, and the compute
- * factors are fitted against that.
+ * factors are fitted against that. A profile of the cpu backend fits only a cpu preset (gpu.name
+ * "cpu ..."), a cuda one only a GPU preset: anything else is refused.
  *
  * The output is the base preset's text with the fitted keys of its efficiency section
  * rewritten, each with a comment citing the profiles and the figures it came from instead of
@@ -87,6 +88,7 @@ typedef struct {
   double w[NFACTORS], s[NFACTORS]; /* work and seconds per step, per factor */
   double u[NFACTORS];              /* the work at the full rate: seconds, rate included */
   long world, fsdp, ep;
+  char backend[16]; /* what measured it: "cpu" or "cuda"; "" when the profile does not say */
   char desc[200];
 } Profile;
 
@@ -173,6 +175,7 @@ static bool load_profile(Mem *m, Diag *d, const char *path, const Rates *r, Prof
     }
   }
   json_t *model = json_object_get(root, "model"), *backend = json_object_get(root, "backend"), *steps = json_object_get(root, "steps");
+  snprintf(p->backend, sizeof p->backend, "%s", json_is_string(backend) ? json_string_value(backend) : "");
   snprintf(p->desc, sizeof p->desc, "%s, %s backend, %lld rank(s), %lld steps",
            json_is_string(model) ? json_string_value(model) : "?",
            json_is_string(backend) ? json_string_value(backend) : "?",
@@ -246,8 +249,27 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
   if (ib && ib->kind == Y_SCALAR && !units_parse(ib->str, Q_RATE, &rates.internode, err, sizeof err))
     diag_error(&d, ib->loc, "links.internode: %s", err);
   if (d.msg) goto done;
-  for (int i = 0; i < npaths; i++)
+  /* a profile fits the preset of the hardware that measured it: the cpu backend's ranks fit a
+   * cpu preset (gpu.name "cpu ...", as emit_prog.c tells them), the cuda backend's GPUs a GPU
+   * one; across the two the factors are off by the ratio of the machines (1e-5 for a core
+   * against a GH200), which no fit can tell from a slow kernel */
+  YNode *gname = yaml_path(root, "gpu.name");
+  const char *gpu = gname && gname->kind == Y_SCALAR ? gname->str : "";
+  bool cpu_preset = strncmp(gpu, "cpu", 3) == 0;
+  for (int i = 0; i < npaths; i++) {
     if (!load_profile(&m, &d, paths[i], &rates, &pr[i])) goto done;
+    const char *b = pr[i].backend;
+    if (*b && (strcmp(b, "cpu") == 0) != cpu_preset) {
+      diag_error(&d, (Loc){0}, "%s: measured by the %s backend, but preset %s is %s (gpu.name '%s'); expected a "
+                 "profile of the hardware the preset describes: %s", paths[i], b, preset,
+                 cpu_preset ? "the cpu backend's ranks" : "a GPU cluster's", gpu,
+                 cpu_preset ? "calibrate a cuda build's profile against the GPU's preset (e.g. --preset "
+                              "jupiter-booster)"
+                            : "calibrate a cpu build's profile against --preset cpu (or a copy of it), or profile "
+                              "a cuda build (mtc build DIR --backend cuda) on that cluster's GPUs");
+      goto done;
+    }
+  }
 
   /* the fit */
   double fit[NFACTORS];

@@ -71,7 +71,8 @@ static const char *const usage_cmd[][2] = {
                 "kernels.cu (the cuda backend's kernels), CMakeLists.txt and launch.sbatch. DIR\n"
                 "defaults to generated/NAME/; it must be new, empty or an earlier compile's (it\n"
                 "holds mtc's plan.json): --force writes into another. Every file is written whole\n"
-                "(FILE.tmp, renamed); a compile that writes no program removes an earlier one.\n"
+                "(FILE.tmp, renamed); a compile that writes no program removes an earlier one,\n"
+                "one that writes another program the earlier one's DIR/build.../train (rebuild).\n"
                 "Build the program with `mtc build DIR` (or --backend cuda), run it on the plan's\n"
                 "ranks with `mpirun -np WORLD DIR/build/train --data FILE` (WORLD: plan.txt's\n"
                 "layout; FILE raw text, an llm.c shard or a Megatron PREFIX), or sbatch\n"
@@ -276,6 +277,11 @@ static int run(Args *a) {
                 make_dirs(&d, dir) && lock_dir(&d, dir, shown); /* mtc may write here, alone */
     /* every output to FILE.tmp first, renamed all together once all are written: a failure to
      * write any (a full disk) leaves every file of an earlier compile as it was */
+    /* the program's identity before this compile (its program.sum), to tell whether the programs
+     * mtc build made here are still of the program this compile writes */
+    char old_sum[17] = "", new_sum[17] = "";
+    char why[8800]; /* an edited program (--force over it): what mtc build made of it is not this one */
+    if (ours && out_program_unedited(dir, why, sizeof why)) out_hash_file(mem_printf(&mem, "%s/program.sum", dir), old_sum);
     out_batch_begin();
     char *plan_tmp = mem_printf(&mem, "%s/plan.json.tmp", dir);
     bool ok = ours && report_write_json(&d, j, mem_printf(&mem, "%s/plan.json", dir)) &&
@@ -309,6 +315,14 @@ static int run(Args *a) {
                           "mtc build %s\n%s", shown,
                           shell_word(&mem, shown[0] == '-' ? mem_printf(&mem, "./%s", shown) : shown), /* not an option */
                           note ? note : "");
+      /* another program written over an earlier one: what mtc build made of the earlier one would
+       * still run it (another model, another plan), so it goes, and the note says to rebuild */
+      int stale = program && (!out_hash_file(mem_printf(&mem, "%s/program.sum", dir), new_sum) ||
+                              strcmp(old_sum, new_sum) != 0) ? out_remove_built(dir) : 0;
+      if (stale)
+        printf("note: removed %d program(s) mtc build made in %s (build.../train): built from the earlier program "
+               "there, not this one; rebuild with: mtc build %s\n", stale, shown,
+               shell_word(&mem, shown[0] == '-' ? mem_printf(&mem, "./%s", shown) : shown));
       /* no program written (infeasible, a model with no program yet): none of an earlier compile stays */
       if (!program && out_remove_program(dir) > 0)
         printf("removed the program an earlier compile wrote in %s (step.h, step.c, train.c, ..., build/train): "

@@ -1143,6 +1143,9 @@ extern const char *const out_program_files[];
  * programs mtc build made of them (dir/build.../train), for a compile that writes no program;
  * returns how many it removed. */
 int out_remove_program(const char *dir);
+/* Removes the programs mtc build made in dir (dir/build.../train, each in a build tree configured
+ * for that directory), for a compile that writes another program there; returns how many. */
+int out_remove_built(const char *dir);
 /* The FNV-1a 64-bit hash of a file's bytes as 16 hex digits (plan.json's identity in step.h);
  * false when it cannot be read. */
 bool out_hash_file(const char *path, char buf[17]);

@@ -226,14 +226,19 @@ static int remove_built(const char *dir, const char *b) {
   return removed;
 }
 
-int out_remove_program(const char *dir) {
+int out_remove_built(const char *dir) {
   int n = 0;
-  for (int i = 0; out_program_files[i]; i++) n += remove_file(dir, out_program_files[i]);
-  DIR *dd = opendir(dir); /* and the programs mtc build made of them: build.../train */
+  DIR *dd = opendir(dir);
   for (struct dirent *de; dd && (de = readdir(dd));)
     if (strncmp(de->d_name, "build", 5) == 0) n += remove_built(dir, de->d_name);
   if (dd) closedir(dd);
   return n;
+}
+
+int out_remove_program(const char *dir) {
+  int n = 0;
+  for (int i = 0; out_program_files[i]; i++) n += remove_file(dir, out_program_files[i]);
+  return n + out_remove_built(dir); /* and the programs mtc build made of them */
 }
 
 bool out_hash_file(const char *path, char buf[17]) {

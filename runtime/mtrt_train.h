@@ -290,11 +290,13 @@ typedef struct {
 int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s);
 
 /* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length;
- * replaced: the bytes of an earlier run's lines a new (not resumed) run emptied it of. */
+ * replaced: the bytes of lines it was emptied of (an earlier run's, or on a resume a file that
+ * did not end at the checkpoint's step); last_step: on such a resume, the step of the last
+ * line it held (-1 when that line had none). */
 typedef struct {
   const char *path;
   int fd;
-  int64_t bytes, replaced;
+  int64_t bytes, replaced, last_step;
 } RtMetrics;
 
 /* Opens path for appending (created if missing): a regular file, or a character device such as
@@ -303,7 +305,8 @@ typedef struct {
  * another run holds (each run flocks its regular file until it ends) are refused. A new run (resume_step < 0) empties a regular file (its
  * lines are an earlier run's; m->replaced says how many bytes); a resumed run (from the
  * checkpoint of step resume_step) drops a cut last line (a killed run's) and the last lines
- * whose step is past it, up to the first that is not. 0, or -1 with "PATH: why; expected ..." in err. */
+ * whose step is past it, up to the first that is not; when the line left last is not of step
+ * resume_step, it empties the file (m->replaced, m->last_step). 0, or -1 with "PATH: why; expected ..." in err. */
 int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen);
 /* Appends the line of s with one write(): it is in the file (the kernel's page cache) when this
  * returns 0. A failed or short write (disk full) removes what part of the line was written and

@@ -258,6 +258,17 @@ expect 2 'building .*/host/build-cuda failed' env MTC_ROOT="$tmp/no-runtime" "$m
 [ -d "$tmp/host/build-cuda" ] && [ ! -e "$tmp/host/build" ] || { echo "FAIL: mtc build --backend cuda did not use DIR/build-cuda"; fail=1; }
 grep -q '^  ./build-cuda/train --data' generated/europa-1t/launch.sbatch &&
   grep -q '^  ./build/train --data' generated/tiny-moe/launch.sbatch || { echo "FAIL: launch.sbatch runs the wrong build"; fail=1; }
+# a compile that writes another program over a built one removes what mtc build made of the old one
+# (DIR/build/train would still train the earlier model or plan), saying to rebuild; a compile that
+# writes the same program keeps it (the build tree here a stand-in: a CMakeCache.txt made for it)
+"$mtc" compile specs/tiny-moe.yaml -o "$tmp/stale" >/dev/null && mkdir -p "$tmp/stale/build" &&
+  printf 'CMAKE_CACHEFILE_DIR:INTERNAL=%s\n' "$(cd "$tmp/stale/build" && pwd -P)" >"$tmp/stale/build/CMakeCache.txt" &&
+  echo old >"$tmp/stale/build/train" || { echo "FAIL: the stale-build setup"; fail=1; }
+"$mtc" compile specs/tiny-moe.yaml -o "$tmp/stale" | grep -q 'note: removed' && { echo "FAIL: an unchanged compile removed build/train"; fail=1; }
+[ -f "$tmp/stale/build/train" ] || { echo "FAIL: an unchanged compile removed build/train"; fail=1; }
+expect 0 "note: removed 1 program\(s\) mtc build made in .*/stale \(build.../train\): built from the earlier program there, not this one; rebuild with: mtc build .*/stale$" \
+  "$mtc" compile specs/tiny-moe.yaml -o "$tmp/stale" --set training.steps=70
+[ ! -e "$tmp/stale/build/train" ] && [ -f "$tmp/stale/build/CMakeCache.txt" ] || { echo "FAIL: the earlier program's build/train stayed"; fail=1; }
 # mtc calibrate: usage, and each bad profile named with its file, field and what was expected
 # (the round trip from a real profile: tests/train/calibrate.sh)
 tmpc=$(mktemp -d)
@@ -297,6 +308,14 @@ sed 's/"bytes": 1e8}/"bytes": 1e11}/' "$tmpc/p.json" >"$tmpc/fastmem.json" # 1e1
 expect 2 'efficiency.elementwise would be 40, above 1.*raise gpu.hbm_bandwidth in cpu' \
   "$mtc" calibrate "$tmpc/fastmem.json" --preset cpu -o "$tmpc/out.yaml"
 expect 2 "unknown cluster preset 'nosuch'" "$mtc" calibrate "$tmpc/p.json" --preset nosuch -o "$tmpc/out.yaml"
+# a profile fits only the kind of hardware that measured it: the cpu backend's against a GPU preset
+# (GH200 efficiencies of 1e-6) and the cuda backend's against the cpu preset are refused, nothing written
+expect 2 "p.json: measured by the cpu backend, but preset jupiter-booster is a GPU cluster's \(gpu.name 'GH200.*--preset cpu" \
+  "$mtc" calibrate "$tmpc/p.json" --preset jupiter-booster -o "$tmpc/gpu.yaml"
+sed 's/"backend": "cpu"/"backend": "cuda"/' "$tmpc/p.json" >"$tmpc/cuda.json"
+expect 2 "cuda.json: measured by the cuda backend, but preset cpu is the cpu backend's ranks" \
+  "$mtc" calibrate "$tmpc/cuda.json" --preset cpu -o "$tmpc/gpu.yaml"
+[ -e "$tmpc/gpu.yaml" ] && { echo "FAIL: calibrate wrote a preset from a profile of other hardware"; fail=1; }
 expect 2 'cannot write .*no/dir/out.yaml' "$mtc" calibrate "$tmpc/p.json" --preset cpu -o "$tmpc/no/dir/out.yaml"
 # a FIFO is refused, never waited on, as a profile and as -o; -o is never written through a link
 mkfifo "$tmpc/fifo"

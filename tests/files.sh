@@ -18,7 +18,8 @@
 #             a save that fails (RLIMIT_FSIZE: "File too large") exits 1 naming the shard and
 #             leaves no step directory, shard or .tmp file; a metrics write that fails exits 1
 #             at once; a FIFO as --data or --metrics is refused, not waited on; a new run empties
-#             an earlier run's metrics file (saying so); a --metrics link to nothing is refused
+#             an earlier run's metrics file, a resume one that stops short of its checkpoint's
+#             step (each saying so); a --metrics link to nothing is refused
 #             and nothing is created where it points
 #   prune     --keep-checkpoints removes only complete checkpoints of mtc's (step-%08d, a real
 #             directory, a manifest): never through a link named step-N, nor a directory without
@@ -346,6 +347,14 @@ echo "$out" | grep -q "removed 1 incomplete checkpoint(s) of an interrupted save
   [ ! -e ckk/step-00000003 ] || die "the killed save's step-00000003 stayed: $out"
 cmp -s <(strip straight.jsonl) <(strip killed.jsonl) ||
   { diff <(strip straight.jsonl) <(strip killed.jsonl); die "metrics after a kill and a resume differ from a straight run's"; }
+# a resume whose metrics file is another run's (it ends at step 1, short of the checkpoint's step):
+# emptied, saying so, so that it reads as one run from the checkpoint on (no steps 1 and 5 spliced)
+cp -r ckk ckm && last=$(ls ckm | sed -n 's/^step-0*\([0-9][0-9]*\)$/\1/p' | sort -n | tail -1)
+printf '{"step":1,"loss":9}\n' >other.jsonl
+out=$(timeout 60 t1/build/train --data "$text" --steps $((last + 1)) --metrics other.jsonl --checkpoint-dir ckm 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "note: --metrics other.jsonl ended at step 1, not at the checkpoint's step $last: .*emptied" &&
+  [ "$(wc -l <other.jsonl)" -eq 1 ] && grep -q "^{\"step\":$((last + 1)),\"loss\":" other.jsonl ||
+  die "a resume onto another run's metrics file: exit $rc, $out, $(cat other.jsonl)"
 # a failing save (files over 20 MB refused; the shard is larger): exit 1, nothing of it stays
 cp -r ck ckf
 out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" --steps 2 --metrics f.jsonl \

@@ -254,7 +254,8 @@ static const char usage_text[] =
     "                         which the learning-rate schedule always spans)\n"
     "  --metrics PATH         JSON lines appended per step (default metrics.jsonl); a new run\n"
     "                         empties the file, a resume first drops the lines past its\n"
-    "                         checkpoint's step\n"
+    "                         checkpoint's step (and empties a file that then does not end\n"
+    "                         at that step: another run's)\n"
     "  --seed S               initialization and data order (default 1; a resume keeps the\n"
     "                         checkpoint's)\n"
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
@@ -876,9 +877,13 @@ static int open_metrics(Run *r) {
   char err[512];
   int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, err, sizeof err) != 0;
   if (bad) fprintf(stderr, "error: --metrics %s\n", err);
-  if (!bad && r->mf.replaced)
+  if (!bad && r->mf.replaced && r->resumed < 0)
     printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
            "run keeps the lines up to its checkpoint)\n", r->a.metrics, (long long)r->mf.replaced);
+  else if (!bad && r->mf.replaced)
+    printf("note: --metrics %s ended at step %lld, not at the checkpoint's step %lld: its lines are another run's or "
+           "miss steps; emptied, so that it reads as one run from step %lld\n", r->a.metrics,
+           (long long)r->mf.last_step, (long long)r->resumed, (long long)r->resumed + 1);
   MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return bad ? 2 : 0;
 }

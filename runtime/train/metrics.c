@@ -1,7 +1,8 @@
 /* metrics.c — the metrics file of a training run (see mtrt_train.h): one JSON line per step,
  * each formatted whole and written with one write() on an O_APPEND descriptor, so a killed run
  * leaves whole lines (at most one cut last line, which the next open drops); a resumed run drops
- * the lines past its checkpoint's step first, a new run empties the file. No MPI: rank 0 calls these. */
+ * the lines past its checkpoint's step first (and empties a file that does not reach that step),
+ * a new run empties the file. No MPI: rank 0 calls these. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -66,6 +67,19 @@ static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
     keep = at;
   }
   if (keep < 0) return snprintf(err, errlen, "%s: %s; expected a readable metrics file", m->path, strerror(errno)), -1;
+  /* lines that stop short of the checkpoint's step are not this run's record up to it: another
+   * run's file (the default metrics.jsonl of the directory), or one that missed steps. Emptied
+   * rather than refused, as a new run empties an earlier run's file: the file then reads as one
+   * run from the checkpoint on, never two runs spliced with a gap, and a resume in a directory
+   * that another run wrote metrics.jsonl in needs no --metrics */
+  int64_t last = -1;
+  off_t at = keep > 0 ? line_start(m->fd, keep - 1) : 0;
+  if (keep > 0 && (at < 0 || line_step(m->fd, at, &last) != 0 || last != resume_step)) {
+    if (ftruncate(m->fd, 0) != 0)
+      return snprintf(err, errlen, "%s: cannot empty it: %s", m->path, strerror(errno)), -1;
+    m->replaced = keep, m->last_step = last, m->bytes = 0;
+    return 0;
+  }
   if (keep < st.st_size && ftruncate(m->fd, keep) != 0)
     return snprintf(err, errlen, "%s: cannot drop its last lines: %s", m->path, strerror(errno)), -1;
   m->bytes = keep;
@@ -90,7 +104,7 @@ static const char *pseudo_fs(const char *path) {
 }
 
 int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen) {
-  *m = (RtMetrics){.fd = -1, .path = path};
+  *m = (RtMetrics){.fd = -1, .path = path, .last_step = -1};
   struct stat st, lst; /* a FIFO would block the open (and a reader would get cut lines) */
   int flags = O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC;
   if (lstat(path, &lst) != 0) flags |= O_EXCL | O_NOFOLLOW; /* missing: created here, never through a link */

@@ -314,9 +314,13 @@ static int open_metrics(Run *r) {
   char err[512];
   int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, err, sizeof err) != 0;
   if (bad) fprintf(stderr, "error: --metrics %s\n", err);
-  if (!bad && r->mf.replaced)
+  if (!bad && r->mf.replaced && r->resumed < 0)
     printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
            "run keeps the lines up to its checkpoint)\n", r->a.metrics, (long long)r->mf.replaced);
+  else if (!bad && r->mf.replaced)
+    printf("note: --metrics %s ended at step %lld, not at the checkpoint's step %lld: its lines are another run's or "
+           "miss steps; emptied, so that it reads as one run from step %lld\n", r->a.metrics,
+           (long long)r->mf.last_step, (long long)r->resumed, (long long)r->resumed + 1);
   MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return bad ? 2 : 0;
 }
