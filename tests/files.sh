@@ -502,14 +502,16 @@ t1/build/train --data "$text" --steps 2 --checkpoint-dir ckpipe --metrics pipe.j
 rc=${PIPESTATUS[0]}
 [ $rc -eq 0 ] && [ -f ckpipe/step-00000002/manifest.json ] && [ "$(wc -l <pipe.jsonl)" -eq 2 ] ||
   die "a run whose stdout pipe closed: exit $rc (141: killed by SIGPIPE), $(ls ckpipe)"
-# one run per metrics file: a second run on a file the first is writing is refused, the first's lines stay
-t1/build/train --data "$text" --steps 3 --metrics shared.jsonl >shared.out 2>&1 &
-pid=$!
-for _ in $(seq 600); do grep -q "^step     1/" shared.out && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+# one run per metrics file: a run on a file another run holds (flock'd, as train holds its --metrics
+# file; here flock(1) holds it, so that no run's speed decides the test) is refused, the lines stay
+printf '{"step":1}\n{"step":2}\n{"step":3}\n' >shared.jsonl
+flock shared.jsonl sleep 30 >/dev/null 2>&1 &
+lockpid=$!
+for _ in $(seq 100); do flock -n shared.jsonl true 2>/dev/null || break; sleep 0.1; done
 out=$(t1/build/train --data "$text" --steps 3 --metrics shared.jsonl 2>&1); rc=$?
-wait $pid; rc1=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "error: --metrics shared.jsonl: in use by another training run" && [ $rc1 -eq 0 ] &&
-  [ "$(wc -l <shared.jsonl)" -eq 3 ] || die "two runs on one --metrics: exit $rc (first $rc1), $out, $(wc -l <shared.jsonl) lines"
+kill $lockpid 2>/dev/null; wait $lockpid 2>/dev/null
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: --metrics shared.jsonl: in use by another training run" &&
+  [ "$(wc -l <shared.jsonl)" -eq 3 ] || die "two runs on one --metrics: exit $rc, $out, $(wc -l <shared.jsonl) lines"
 # one compile per -o directory at a time (a compile holds it flock'd); a name starting with '-' gets a
 # build hint that is not an option
 mkdir -p busy && flock busy sleep 30 &
