@@ -27,12 +27,17 @@ static Tile tile_at(int t, int T, int64_t lo, int64_t hi) {
   return (Tile){t, m, t < half ? lo + t : hi + (t - half)};
 }
 
+/* How many of a block's n keys from j0 the query at position pos sees (keys 0..pos: causal). */
+static int visible(int64_t pos, int64_t j0, int n) {
+  int64_t v = pos + 1 - j0;
+  return v < 0 ? 0 : v < n ? (int)v : n;
+}
+
 /* p[i][j] = exp(s[i][j] − base[i]) for key j0 + j at or before query i's position (pos0 + i),
  * else 0; m × n, row stride n. */
 static void masked_exp(real *p, const real *s, const real *base, int m, int n, int64_t pos0, int64_t j0) {
   for (int i = 0; i < m; i++) {
-    int64_t last = pos0 + i - j0; /* the row's last visible key in this block */
-    int valid = last < 0 ? 0 : last + 1 < n ? (int)(last + 1) : n;
+    int valid = visible(pos0 + i, j0, n);
     const real *si = s + (size_t)i * n;
     real *pi = p + (size_t)i * n;
     for (int j = 0; j < valid; j++) pi[j] = EXP(si[j] - base[i]);
@@ -61,8 +66,7 @@ static void span_forward(act *out, real *lse, const act *q, const act *k, const 
           GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, tl.m, n, hd, scale, qt, ldq, kb + (size_t)j0 * ldk, ldk, 0, s,
                n);
           for (int i = 0; i < tl.m; i++) { /* the new max of each row over its visible keys */
-            int64_t last = tl.pos0 + i - j0;
-            int valid = last < 0 ? 0 : last + 1 < n ? (int)(last + 1) : n;
+            int valid = visible(tl.pos0 + i, j0, n);
             real m = mx[i];
             for (int j = 0; j < valid; j++) m = s[(size_t)i * n + j] > m ? s[(size_t)i * n + j] : m;
             real corr = EXP(mx[i] - m); /* 0 on the first block (mx = -inf), 1 when the max holds */
