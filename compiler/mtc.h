@@ -944,6 +944,9 @@ void cost_step(const Model *md, Candidate *c);
  * collective with its layer), the others as one event per track, then all-reduce and
  * optimizer. The compute track sums to Cost.compute. */
 void cost_step_trace(const Model *md, Candidate *c, void *trace);
+/* The trace's tracks (Chrome trace tids), one per stream, and their names. */
+enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR_CP, TR__COUNT };
+extern const char *const cost_track_names[TR__COUNT];
 
 /* One layer's predicted times for one micro-batch, seconds (cost.c). */
 typedef struct {
@@ -954,6 +957,9 @@ typedef struct {
   double kv_ag, kv_rs;        /* cp > 1: the K/V all-gather and the dK/dV reduce-scatter over the cp
                                  group (forward gathers once, backward again) */
   double kv_fwd, kv_bwd;      /* their exposed parts, on the compute stream */
+  double attn_fwd, attn_bwd;  /* the attention block's part of fwd and bwd (q/k/v through the output
+                                 projection) */
+  double ffn_fwd, ffn_bwd;    /* the MLP's or the MoE's (router, experts, shared experts) part */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
 /* The two-stream simulation of a step's passes for one reshard pair and prefetch depth
