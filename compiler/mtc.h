@@ -24,6 +24,8 @@
  *   report_plan.c report_  the plan as text, summary, explain and plan.json keys
  *   emit_svg.c    emit_    memory.svg, and emit_escape for HTML/SVG text
  *   emit_trace.c  emit_    timeline.json (the predicted step as a Chrome trace)
+ *   emit_steps_svg.c emit_ the predicted step as an SVG timeline (report.html, diff --html)
+ *   emit_ranks_svg.c emit_ the layout drawn: nodes, GPUs, EP/FSDP/CP groups (report.html)
  *   emit_html.c   emit_    report.html
  *   emit_layout.c em_      the program's parameter groups, tensors and arena (emit.h)
  *   emit_place.c  em_      where the buffers are: each at its plan item's offset, per tier (emit.h)
@@ -1081,18 +1083,45 @@ bool emit_memory_svg(Diag *d, const Plan *p, const char *path);
 
 /* Writes n bytes of s to f with <, >, & and " escaped for XML and HTML. */
 void emit_escape(FILE *f, const char *s, size_t n);
-/* The same picture written to f (report.html inlines it). */
-void emit_memory_svg_to(FILE *f, const Plan *p);
-/* Writes report.html: a self-contained page with the summary, memory picture and plan text. */
+/* The tiers a memory picture shows and the bytes at the top of each tier's axes. */
+typedef struct {
+  int64_t top[TIER__COUNT];
+  bool shown[TIER__COUNT];
+} MemScale;
+/* p's own: the tiers with live bytes, each up to the larger of its capacity and live peak. */
+MemScale emit_memory_scale(const Plan *p);
+/* The same picture written to f (report.html inlines it), on scale (NULL: p's own; `mtc diff
+ * --html` draws two plans on one). */
+void emit_memory_svg_to(FILE *f, const Plan *p, const MemScale *scale);
+/* Layers between two layer marks on an axis of L layers (1, 2, 5, 10, 20, ...: about 8 marks). */
+int emit_layer_stride(int L);
+/* Writes report.html: a self-contained page with the headline, the predicted step as a
+ * timeline, the memory picture, the layout drawn and the plan text. */
 bool emit_report_html(Diag *d, const Plan *p, const char *path);
+/* report.html's pieces, shared with `mtc diff --html`: its CSS; the headline and time table;
+ * the pixels per second of the layer-by-layer view of a first micro-batch of span seconds. */
+extern const char *emit_html_style;
+void emit_html_headline(FILE *f, const Plan *p);
+double emit_html_layer_scale(const Plan *p, double span, double width);
+/* The predicted step's Chrome trace events of p (a new json_t array; empty when infeasible). */
+struct json_t *emit_step_events(const Plan *p);
+/* Seconds the events span: all of them, or (first_micro) the first micro-batch's layers. */
+double emit_step_span(struct json_t *events, bool first_micro);
+/* Writes the events as an SVG timeline with id, one lane per stream, span seconds at px_per_s;
+ * first_micro: only the first micro-batch's layers (emit_steps_svg.c). */
+void emit_steps_svg_to(FILE *f, const Plan *p, struct json_t *events, const char *id, bool first_micro,
+                       double span, double px_per_s);
+/* Writes the layout as SVG: nodes, GPUs, EP, FSDP and CP groups (emit_ranks_svg.c). */
+void emit_ranks_svg_to(FILE *f, const Plan *p);
 /* Writes timeline.json: the predicted step of p as a Chrome trace (see cost_step_trace). */
 bool emit_timeline(Diag *d, const Plan *p, const char *path);
 
 /* ------------------------------------------------------------------ diff.c */
 
 /* `mtc diff A B`: A and B are plan.json files or specs (sets apply to B); prints the rows that
- * differ (all rows with all). Returns the exit status. */
-int diff_run(const char *a, const char *b, const char *const *sets, int nsets, bool all);
+ * differ (all rows with all); html (non-NULL, A and B specs): also writes that page with the two
+ * plans side by side. Returns the exit status. */
+int diff_run(const char *a, const char *b, const char *const *sets, int nsets, bool all, const char *html);
 
 /* ------------------------------------------------------------------ calibrate.c */
 
