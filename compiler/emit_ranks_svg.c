@@ -30,9 +30,8 @@ void emit_ranks_svg_to(FILE *f, const Plan *p) {
           ch->dp_replicate == 1 ? "" : "s", ep > 1 ? "" : "; no expert parallelism");
   if (ep > 1) fprintf(f, "; EP groups of %lld consecutive ranks (fill), each expert sharded over %lld ranks",
                       (long long)ep, (long long)ch->efsdp);
-  fprintf(f, "</text>\n<text x=\"10\" y=\"34\">%s</text>\n",
-          cp > 1 ? "context parallelism: the ranks joined by a black line split each sequence"
-                 : "the number in a GPU is its EP rank");
+  fprintf(f, "</text>\n<text x=\"10\" y=\"34\">the number in a GPU is its EP rank%s</text>\n",
+          cp > 1 ? "; context parallelism: the ranks joined by a black line split each sequence" : "");
   for (int64_t n = 0; n < shown; n++) {
     int x0 = 10 + (int)(n % per_row) * (node_w + 8), y0 = 46 + (int)(n / per_row) * (node_h + 8);
     fprintf(f, "<g class=\"node\" data-node=\"%lld\"><rect class=\"node\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" "
