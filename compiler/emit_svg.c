@@ -1,7 +1,8 @@
 /* emit_svg.c — memory.svg: for each memory tier, the items alive at its fullest phase as one
  * stacked bar by category against the capacity line, and the tier's memory over the phases
- * of a step against an axis of GiB, with marks at the layers' forward and backward phases. Deterministic (no dates, fixed number formats); every bar segment carries its
- * bytes in data-bytes so tools and tests can read the picture back. */
+ * of a step against an axis of GiB, with marks at the layers' forward and backward phases.
+ * Deterministic (no dates, fixed number formats); every bar segment carries its bytes in
+ * data-bytes so tools and tests can read the picture back. */
 #include <stdio.h>
 #include <string.h>
 
