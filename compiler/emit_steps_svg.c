@@ -114,6 +114,7 @@ void emit_steps_svg_to(FILE *f, const Plan *p, json_t *events, const char *id, b
    * the picture (not of the trace); on the other lanes each is at least a pixel wide */
   int L = p->md->nlayers, stride = emit_layer_stride(L);
   int marks_y = TOP + nlanes * (LANE_H + LANE_GAP) + 14;
+  double last_mark = -1e9; /* x of the last layer mark (the compute slices come in time order) */
   json_array_foreach(events, i, e) {
     int tid = (int)json_integer_value(json_object_get(e, "tid"));
     if (tid < 0 || tid >= TR__COUNT || lane[tid] < 0 || strcmp(json_string_value(json_object_get(e, "ph")), "X"))
@@ -123,11 +124,13 @@ void emit_steps_svg_to(FILE *f, const Plan *p, json_t *events, const char *id, b
     double ts = json_number_value(json_object_get(e, "ts")) / 1e6, dur = json_number_value(json_object_get(e, "dur")) / 1e6;
     Kind k = kind_of(e);
     double x = LABEL_W + ts * px_per_s, wd = dur * px_per_s;
-    /* a mark under every stride-th layer's attention: forward and backward */
-    if (layer && k == K_ATTN && json_integer_value(layer) % stride == 0)
+    /* a mark under every stride-th layer's attention, forward and backward, where it has room */
+    if (layer && k == K_ATTN && json_integer_value(layer) % stride == 0 && x - last_mark >= 18) {
       fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"mark\"/><text x=\"%.1f\" y=\"%d\" "
                  "class=\"s layer\" text-anchor=\"middle\">%lld</text>\n", x, marks_y - 12, x, marks_y - 8, x,
               marks_y + 2, (long long)json_integer_value(layer));
+      last_mark = x;
+    }
     if (wd < 0.2 && (tid == TR_COMPUTE || tid == TR_COMM)) continue; /* drawn by their neighbours */
     if (wd < 1) wd = 1; /* a copy or an all-to-all on its own lane stays visible */
     int y = TOP + lane[tid] * (LANE_H + LANE_GAP);
