@@ -166,7 +166,7 @@ static bool write_html(Diag *d, const char *path, const char *an, const char *bn
   fputs("</div>\n<h2>The layouts</h2>\n<div class=\"pair\" id=\"layouts\">", f);
   for (int i = 0; i < 2; i++) {
     fputs("<div>", f);
-    if (pl[i]->feasible) emit_ranks_svg_to(f, pl[i]);
+    if (pl[i]->feasible) emit_ranks_svg_to(f, pl[i], i ? "layout-b" : "layout-a");
     fputs("</div>\n", f);
   }
   fputs("</div>\n<h2>What differs</h2>\n<table id=\"differences\"><tr><th>key</th><th>A</th><th>B</th><th>change</th></tr>\n", f);

@@ -87,7 +87,7 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
   emit_memory_svg_to(f, p, NULL);
   if (p->feasible) {
     fputs("<h2>The layout</h2>\n<div class=\"scroll\">", f);
-    emit_ranks_svg_to(f, p);
+    emit_ranks_svg_to(f, p, "layout");
     fputs("</div>\n", f);
   }
   fputs("<h2>The plan</h2>\n<pre id=\"plan\">", f);

@@ -94,8 +94,10 @@ void emit_steps_svg_to(FILE *f, const Plan *p, json_t *events, const char *id, b
   int legend_y = TOP + nlanes * (LANE_H + LANE_GAP) + 44, h = legend_y + 16 * ((K__COUNT + 3) / 4) + 8;
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"%s\" class=\"timeline\" width=\"%d\" height=\"%d\" "
              "viewBox=\"0 0 %d %d\" data-seconds=\"%.6f\">\n", id, w, h, w, h, span);
-  fprintf(f, "<style>text{font-family:sans-serif;font-size:12px;fill:#222}.s{font-size:10px}"
-             ".grid{stroke:#e4e4e4}.mark{stroke:#555}</style>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  fprintf(f, "<style>.timeline text{font-family:sans-serif;font-size:12px;fill:#222}.timeline .s{font-size:10px}"
+             ".timeline .grid{stroke:#e4e4e4}.timeline .mark{stroke:#555}");
+  for (int k = 0; k < K__COUNT; k++) fprintf(f, ".timeline .k%d{fill:%s}", k, kind_color[k]);
+  fprintf(f, "</style>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
   /* time axis */
   double step = time_step(span);
   for (double t = 0; t <= span * (1 + 1e-9); t += step) {
@@ -134,20 +136,23 @@ void emit_steps_svg_to(FILE *f, const Plan *p, json_t *events, const char *id, b
     if (wd < 0.2 && (tid == TR_COMPUTE || tid == TR_COMM)) continue; /* drawn by their neighbours */
     if (wd < 1) wd = 1; /* a copy or an all-to-all on its own lane stays visible */
     int y = TOP + lane[tid] * (LANE_H + LANE_GAP);
-    fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\" class=\"k%d\"><title>", x, y, wd,
-            LANE_H, kind_color[k], (int)k);
-    const char *name = json_string_value(json_object_get(e, "name"));
-    emit_escape(f, name, strlen(name));
-    if (layer) fprintf(f, ", layer %lld", (long long)json_integer_value(layer));
-    fprintf(f, ": %.3f ms from %.3f s</title></rect>\n", dur * 1e3, ts);
+    fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" class=\"k%d\">", x, y, wd, LANE_H, (int)k);
+    if (first_micro || !layer) { /* the whole step's layer slices are named in the layer view */
+      const char *name = json_string_value(json_object_get(e, "name"));
+      fputs("<title>", f);
+      emit_escape(f, name, strlen(name));
+      if (layer) fprintf(f, ", layer %lld", (long long)json_integer_value(layer));
+      fprintf(f, ": %.3f ms from %.3f s</title>", dur * 1e3, ts);
+    }
+    fputs("</rect>\n", f);
   }
   fprintf(f, "<text x=\"8\" y=\"%d\" class=\"s\">layers (forward, then backward)</text>\n", marks_y + 2);
   int n = 0;
   for (int k = 0; k < K__COUNT; k++) {
     if (!kinds[k]) continue;
     int lx = 8 + (n % 4) * 230, ly = legend_y + (n / 4) * 16;
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" class=\"s\">%s</text>\n",
-            lx, ly - 9, kind_color[k], lx + 14, ly, kind_name[k]);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"10\" height=\"10\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" class=\"s\">%s"
+               "</text>\n", lx, ly - 9, kind_color[k], lx + 14, ly, kind_name[k]);
     n++;
   }
   fprintf(f, "</svg>\n");

@@ -145,12 +145,13 @@ void emit_memory_svg_to(FILE *f, const Plan *p, const MemScale *scale) {
   for (int t = 0; t < TIER__COUNT; t++) tiers += scale->shown[t];
   Mem m = {0};
   int h = 60 + TIER_H * (tiers ? tiers : 1);
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"memory\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\">\n",
-          W, h, W, h);
-  fprintf(f, "<style>text{font-family:sans-serif;font-size:13px;fill:#222}.h{font-size:15px;font-weight:bold}"
-             ".s{font-size:11px}.cap{stroke:#d62728;stroke-width:2;stroke-dasharray:6 3}"
-             ".mem{fill:none;stroke:#4e79a7;stroke-width:2}.grid{stroke:#ddd;stroke-width:1}"
-             ".mark{stroke:#888;stroke-width:1}</style>\n");
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" %sclass=\"memory\" width=\"%d\" height=\"%d\" "
+             "viewBox=\"0 0 %d %d\">\n", scale == &own ? "id=\"memory\" " : "", W, h, W, h);
+  /* (rules scoped to the picture: report.html holds several SVGs) */
+  fprintf(f, "<style>.memory text{font-family:sans-serif;font-size:13px;fill:#222}.memory .h{font-size:15px;"
+             "font-weight:bold}.memory .s{font-size:11px}.memory .cap{stroke:#d62728;stroke-width:2;"
+             "stroke-dasharray:6 3}.memory .mem{fill:none;stroke:#4e79a7;stroke-width:2}.memory .grid{stroke:#ddd;"
+             "stroke-width:1}.memory .mark{stroke:#888;stroke-width:1}</style>\n");
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"20\" y=\"30\" class=\"h\">");
   esc(f, p->md->spec->name);
   fprintf(f, ": memory per GPU (%s plan)</text>\n", p->feasible ? "feasible" : "infeasible");

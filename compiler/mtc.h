@@ -1090,8 +1090,8 @@ typedef struct {
 } MemScale;
 /* p's own: the tiers with live bytes, each up to the larger of its capacity and live peak. */
 MemScale emit_memory_scale(const Plan *p);
-/* The same picture written to f (report.html inlines it), on scale (NULL: p's own; `mtc diff
- * --html` draws two plans on one). */
+/* The same picture written to f (report.html inlines it), on scale (NULL: p's own, and the SVG's
+ * id is "memory"; `mtc diff --html` draws two plans on one). */
 void emit_memory_svg_to(FILE *f, const Plan *p, const MemScale *scale);
 /* Layers between two layer marks on an axis of L layers (1, 2, 5, 10, 20, ...: about 8 marks). */
 int emit_layer_stride(int L);
@@ -1111,8 +1111,8 @@ double emit_step_span(struct json_t *events, bool first_micro);
  * first_micro: only the first micro-batch's layers (emit_steps_svg.c). */
 void emit_steps_svg_to(FILE *f, const Plan *p, struct json_t *events, const char *id, bool first_micro,
                        double span, double px_per_s);
-/* Writes the layout as SVG: nodes, GPUs, EP, FSDP and CP groups (emit_ranks_svg.c). */
-void emit_ranks_svg_to(FILE *f, const Plan *p);
+/* Writes the layout as SVG with id: nodes, GPUs, EP, FSDP and CP groups (emit_ranks_svg.c). */
+void emit_ranks_svg_to(FILE *f, const Plan *p, const char *id);
 /* Writes timeline.json: the predicted step of p as a Chrome trace (see cost_step_trace). */
 bool emit_timeline(Diag *d, const Plan *p, const char *path);
 
