@@ -171,6 +171,8 @@ typedef struct {
   const LayerTime *times; /* the layer times (times[rep[l]]), to split each compute into its parts */
   const int *rep;
   bool backward;
+  double copy;           /* seconds of an offloaded boundary's copy (0: not offloaded) */
+  const char *copy_name; /* its slice's name */
 } Sink;
 
 const char *const cost_track_names[TR__COUNT] = {
@@ -247,6 +249,10 @@ static double simulate(const double *ag, const double *rs, const double *compute
       if (waited && ag[i] > 0) flow(sk->events, ++*sk->flows, sk->t0 + ready[i], sk->t0 + start);
       event(sk->events, TR_COMM, "all-gather", sk->t0 + issued[i], ag[i], l);
       compute_parts(sk, l, start, compute[i] - a - kv);
+      /* an offloaded boundary goes out when its layer's forward ends and is back when its
+       * backward (recompute first) starts, overlapped with the neighbours' compute */
+      if (sk->backward) event(sk->events, TR_H2D, sk->copy_name, fmax(0, sk->t0 + start - sk->copy), sk->copy, l);
+      else event(sk->events, TR_D2H, sk->copy_name, sk->t0 + end, sk->copy, l);
       event(sk->events, TR_CP, "K/V exchange", sk->t0 + end - a - kv, kv, l);
       event(sk->events, TR_A2A, "all-to-all", sk->t0 + end - a, a, l);
       if (rs) event(sk->events, TR_COMM, "reduce-scatter", sk->t0 + rs_start, rs[i], l);
@@ -454,11 +460,13 @@ static void simulate_passes(const Model *md, const Choice *ch, CostMemo *memo, j
   if (keep) /* the backward re-gathers only again_b: comm_total is then Σ (ag + again + rs) */
     for (int l = 0; l < L; l++) comm_total -= comm_b[l] - again_b[l];
   /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
+  double copy = events && ch->offload != OFF_NONE ? boundary_copy(md->spec, ch) : 0;
+  bool nvme = ch->offload == OFF_NVME;
   Sink fwd = {events, emb_ag, order_f, lane[LANE_A2A_F], lane[LANE_KV_F], flows, md, memo->times,
-              memo->rep, false};
+              memo->rep, false, copy, nvme ? "boundary to NVMe" : "boundary to host"};
   double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, m, &fwd);
   Sink bwd = {events, emb_ag + pass_f + memo->edge, order_b, lane[LANE_A2A_B], lane[LANE_KV_B], flows,
-              md, memo->times, memo->rep, true};
+              md, memo->times, memo->rep, true, copy, nvme ? "boundary from NVMe" : "boundary from host"};
   double pass = pass_f + simulate(keep ? again_b : comm_b, rs_b, comp_b, L, ch->prefetch, m, &bwd);
   /* the later micro-batches: the same, or gathering only the groups not kept */
   double pass_rest = keep ? simulate(again_f, NULL, comp_f, L, ch->prefetch, m, NULL) +
@@ -488,7 +496,6 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
   const Choice *ch = &c->ch;
   const ClusterSpec *cl = &s->cluster;
   const EfficiencySpec *e = &cl->efficiency;
-  const int L = md->nlayers;
   const double seq = (double)s->training.seq_len;
   CostMemo local = {0};
   if (!memo) memo = &local;
@@ -517,16 +524,6 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
   double comm_total = pp.comm_total;
   event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
-  double copy = ch->offload != OFF_NONE ? boundary_copy(s, ch) : 0;
-  /* boundaries out after each layer's forward, and back before its backward (overlapped: drawn
-   * at the layer's share of its pass) */
-  const char *to = ch->offload == OFF_NVME ? "boundary to NVMe" : "boundary to host";
-  const char *from = ch->offload == OFF_NVME ? "boundary from NVMe" : "boundary from host";
-  double bwd0 = emb_ag + pass_f + edge, pass_b = pass - pass_f;
-  for (int l = 0; l < L && events; l++) {
-    event(events, TR_D2H, to, emb_ag + pass_f * (l + 1) / L, copy, l);
-    event(events, TR_H2D, from, fmax(0, bwd0 + pass_b * (L - 1 - l) / L - copy), copy, l);
-  }
   double P = (double)md->params_total, shard = P / (double)ch->fsdp;
   double host_bw = cl->host.bandwidth * e->host_memory; /* bytes/s the host cores stream */
   double per_micro = pass + edge + emb_ag + offload, per_rest = pass_rest + edge + emb_rest + offload;

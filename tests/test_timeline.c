@@ -26,7 +26,13 @@ static void check_spec(const char *src, const char *tmp, const char *name, const
   CHECK(root != NULL);
   json_t *events = json_object_get(root, "traceEvents");
   CHECK(json_is_array(events) && json_array_size(events) > 6);
+  int L = md->nlayers, moe = 0;
   double compute = 0, recompute = 0;
+  /* per layer: the end of its forward compute, the start of its backward (recompute first), and
+   * its boundary's copies out (start) and back (end) */
+  double *fwd_end = mem_array(&m, (size_t)L, sizeof(double)), *bwd_start = mem_array(&m, (size_t)L, sizeof(double));
+  double *out_start = mem_array(&m, (size_t)L, sizeof(double)), *back_end = mem_array(&m, (size_t)L, sizeof(double));
+  for (int l = 0; l < L; l++) bwd_start[l] = 1e30;
   int bad = 0, names = 0, starts = 0, finishes = 0, attention = 0, experts = 0, h2d = 0, d2h = 0;
   bool named[TR__COUNT] = {false}, used[TR__COUNT] = {false};
   long ids = 0;
@@ -52,12 +58,20 @@ static void check_spec(const char *src, const char *tmp, const char *name, const
     if (tid == TR_COMPUTE && cat && !strcmp(cat, "recompute")) recompute += dur / 1e6;
     if (tid == TR_COMPUTE && cat && !strcmp(cat, "attention") && layer) attention++;
     if (tid == TR_COMPUTE && cat && !strcmp(cat, "experts") && layer) experts++;
-    if (tid == TR_H2D && layer) h2d++;
-    if (tid == TR_D2H && layer) d2h++;
+    int l = layer ? (int)json_integer_value(json_object_get(json_object_get(e, "args"), "layer")) : -1;
+    const char *nm = json_string_value(json_object_get(e, "name"));
+    size_t nl = strlen(nm);
+    bool backward = (cat && !strcmp(cat, "recompute")) || (nl > 8 && !strcmp(nm + nl - 8, "backward"));
+    if (tid == TR_COMPUTE && l >= 0 && l < L && backward && ts < bwd_start[l]) bwd_start[l] = ts;
+    if (tid == TR_COMPUTE && l >= 0 && l < L && !backward && ts + dur > fwd_end[l]) fwd_end[l] = ts + dur;
+    if (tid == TR_H2D && l >= 0 && l < L) h2d++, back_end[l] = ts + dur;
+    if (tid == TR_D2H && l >= 0 && l < L) d2h++, out_start[l] = ts;
   }
   for (int t = 0; t < TR__COUNT; t++) CHECK(named[t] == used[t]); /* no empty track is declared */
-  int L = md->nlayers, moe = 0;
   for (int l = 0; l < L; l++) moe += md->layers[l].kind == LAYER_MOE;
+  int early = 0; /* copies out before the layer's forward ends, or back after its backward starts */
+  for (int l = 0; l < L && h2d; l++) early += out_start[l] < fwd_end[l] - 1e-3 || back_end[l] > bwd_start[l] + 1e-3;
+  CHECK_EQ(early, 0); /* (µs; a thousandth of one for the printed digits) */
   CHECK_EQ(attention, 2 * L); /* every layer's attention, forward and backward */
   CHECK_EQ(experts, 2 * moe);
   /* the first micro-batch's recompute, A of them in Cost.recompute */
