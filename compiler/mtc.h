@@ -942,9 +942,11 @@ double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_e
 /* Predicts the step time of candidate c (cost.c). */
 void cost_step(const Model *md, Candidate *c);
 /* The same, also appending the predicted step's events to trace (a json_t array of Chrome
- * trace events; times in µs): one micro-batch in detail (a track per stream, each op and
- * collective with its layer), the others as one event per track, then all-reduce and
- * optimizer. The compute track sums to Cost.compute. */
+ * trace events; times in µs): one micro-batch in detail (a track per stream, each collective
+ * with its layer, a layer's compute as slices by category: attention, experts or mlp,
+ * recompute, other; each offloaded boundary out after its layer's forward and back before its
+ * backward), the others as one event per track, then all-reduce and optimizer. The compute
+ * track sums to Cost.compute. */
 void cost_step_trace(const Model *md, Candidate *c, void *trace);
 /* The trace's tracks (Chrome trace tids), one per stream, and their names. */
 enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR_CP, TR__COUNT };
