@@ -56,15 +56,6 @@ static bool in_view(json_t *e, bool first_micro, double span) {
   return !first_micro || json_number_value(json_object_get(e, "ts")) / 1e6 < span * (1 - 1e-9);
 }
 
-/* The axis step in seconds: the smallest 1, 2 or 5 x 10^k with at most 10 steps over span. */
-static double time_step(double span) {
-  for (double e = 1e-6;; e *= 10)
-    for (int i = 0; i < 3; i++) {
-      double step = (double[]){1, 2, 5}[i] * e;
-      if (span / step <= 10) return step;
-    }
-}
-
 double emit_step_span(json_t *events, bool first_micro) {
   double end = 0;
   size_t i;
@@ -99,7 +90,7 @@ void emit_steps_svg_to(FILE *f, const Plan *p, json_t *events, const char *id, b
   for (int k = 0; k < K__COUNT; k++) fprintf(f, ".timeline .k%d{fill:%s}", k, kind_color[k]);
   fprintf(f, "</style>\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
   /* time axis */
-  double step = time_step(span);
+  double step = emit_axis_step(span, 10);
   for (double t = 0; t <= span * (1 + 1e-9); t += step) {
     double x = LABEL_W + t * px_per_s;
     fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" class=\"grid\"/><text x=\"%.1f\" y=\"%d\" "

@@ -27,24 +27,19 @@ void emit_escape(FILE *f, const char *s, size_t n) {
 
 static void esc(FILE *f, const char *s) { emit_escape(f, s, strlen(s)); }
 
-/* The axis step in bytes: the smallest 1, 2 or 5 x 10^k GiB with at most 5 steps up to top bytes. */
-static double tick_step(double top) {
-  const double gib = 1073741824.0;
-  double e = 1e-6;
+double emit_axis_step(double span, double most) {
+  double e = 1e-9;
+  while (span / (10 * e) > most) e *= 10;
   for (;; e *= 10)
     for (int i = 0; i < 3; i++) {
-      double step = (double[]){1, 2, 5}[i] * e * gib;
-      if (top / step <= 5) return step;
+      double step = (double[]){1, 2, 5}[i] * e;
+      if (span / step <= most) return step;
     }
 }
 
-/* Layers between two marks on an axis of L layers: 1, 2, 5, 10, 20, ... for about 8 marks. */
 int emit_layer_stride(int L) {
-  for (int e = 1;; e *= 10)
-    for (int i = 0; i < 3; i++) {
-      int k = (int[]){1, 2, 5}[i] * e;
-      if (L / k <= 8) return k;
-    }
+  double k = emit_axis_step(L, 8);
+  return k < 1 ? 1 : (int)k;
 }
 
 static void tier(FILE *f, Mem *m, const Plan *p, Tier t, int y0, double top) {
@@ -96,7 +91,7 @@ static void tier(FILE *f, Mem *m, const Plan *p, Tier t, int y0, double top) {
   double px_of = (double)BAR_W / (nphase > 1 ? nphase - 1 : 1), py = gh / scale_max;
   fprintf(f, "  <g class=\"axes\" data-tier=\"%s\">\n", plan_tier_name(t));
   fprintf(f, "  <text x=\"20\" y=\"%d\" class=\"s\">over the step</text>\n", gy + gh / 2);
-  double step = tick_step(scale_max);
+  double step = emit_axis_step(scale_max / 1073741824.0, 5) * 1073741824.0; /* GiB */
   for (double v = 0; v <= scale_max * (1 + 1e-9); v += step) {
     double y = gy + gh - v * py;
     units_fmt_bytes_bin(a, sizeof a, v);

@@ -1095,7 +1095,9 @@ MemScale emit_memory_scale(const Plan *p);
 /* The same picture written to f (report.html inlines it), on scale (NULL: p's own, and the SVG's
  * id is "memory"; `mtc diff --html` draws two plans on one). */
 void emit_memory_svg_to(FILE *f, const Plan *p, const MemScale *scale);
-/* Layers between two layer marks on an axis of L layers (1, 2, 5, 10, 20, ...: about 8 marks). */
+/* An axis step: the smallest 1, 2 or 5 x 10^k (k >= -9) with at most `most` steps over span. */
+double emit_axis_step(double span, double most);
+/* Layers between two layer marks on an axis of L layers (1, 2, 5, 10, 20, ...: at most 8 steps). */
 int emit_layer_stride(int L);
 /* Writes report.html: a self-contained page with the headline, the predicted step as a
  * timeline, the memory picture, the layout drawn and the plan text. */
