@@ -38,7 +38,7 @@ void emit_html_headline(FILE *f, const Plan *p) {
                          "data-parallel all-reduce"};
   double vals[] = {k->compute, k->exposed_comm, k->a2a, k->cp_exchange, k->exposed_offload, k->host_grad,
                    k->optimizer, k->dp_allreduce};
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 8; i++) /* (the K/V exchange only under context parallelism) */
     if (i != 3 || vals[i] > 0) fprintf(f, "<tr><td>%s</td><td>%.3f</td></tr>\n", names[i], vals[i]);
   fputs("</table>\n", f);
 }

@@ -2,7 +2,8 @@
  * one lane per stream of the cost model's own simulation (cost_step_trace, the events
  * timeline.json holds), a layer's compute coloured by category (attention, experts or MLP,
  * recompute, the rest), all-gathers and reduce-scatters apart, with a time axis in seconds and
- * layer marks. No script: every slice carries its name, layer and duration in a <title>. */
+ * layer marks. No script: the slices of the layer-by-layer view, and those without a layer,
+ * carry their name, layer and duration in a <title> (a tooltip). */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +29,7 @@ static const char *const kind_color[K__COUNT] = {"#4e79a7", "#f28e2b", "#edc948"
 static const char *const kind_name[K__COUNT] = {
     "attention", "experts (router, routed, shared)", "MLP", "recompute", "norms, residuals",
     "embedding, LM head, loss", "later micro-batches", "all-gather", "reduce-scatter", "MoE all-to-all",
-    "K/V exchange", "offload to host", "back from host", "optimizer"};
+    "K/V exchange", "to host or NVMe (boundaries, gradients)", "boundaries back", "optimizer"};
 
 static Kind kind_of(json_t *e) {
   int tid = (int)json_integer_value(json_object_get(e, "tid"));
