@@ -113,15 +113,18 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
   double imbalance = plan_moe_imbalance(s, ch->ep);
   for (int i = ly->first_op; i < ly->first_op + ly->nops; i++) {
     OpTime o = cost_op(s, md, &md->ops[i], T, seq, ch->ep, imbalance);
-    if (md->ops[i].kind == OP_ATTN_CORE) attn_fwd += o.fwd, attn_bwd += o.bwd;
+    OpKind k = md->ops[i].kind;
+    if (k == OP_ATTN_CORE) attn_fwd += o.fwd, attn_bwd += o.bwd;
+    if (k >= OP_QKV && k <= OP_ATTN_OUT) t->attn_fwd += o.fwd, t->attn_bwd += o.bwd;
+    if (k == OP_MLP || (k >= OP_ROUTER && k <= OP_COMBINE)) t->ffn_fwd += o.fwd, t->ffn_bwd += o.bwd;
     t->fwd += o.fwd;
     t->bwd += o.bwd;
-    if (plan_recomputes(ch->ac, md->ops[i].kind)) t->recompute += o.fwd;
+    if (plan_recomputes(ch->ac, k)) t->recompute += o.fwd;
     /* the hierarchical all-to-all's backward needs the experts' outputs at their owner (the routing
      * weights' gradient; emit_moe.c): a recomputed forward leaves them there, else the experts'
      * forward runs again */
-    if (md->ops[i].kind == OP_EXPERTS && ch->ep > 1 && plan_hier(s, ch) && !plan_recomputes(ch->ac, OP_EXPERTS))
-      t->bwd += o.fwd;
+    if (k == OP_EXPERTS && ch->ep > 1 && plan_hier(s, ch) && !plan_recomputes(ch->ac, OP_EXPERTS))
+      t->bwd += o.fwd, t->ffn_bwd += o.fwd;
   }
   if (ly->kind == LAYER_MOE && ch->ep > 1) {
     /* dispatch and combine: the token copies that leave the rank, on the links they cross */
@@ -160,24 +163,54 @@ void cost_layer(const Model *md, const Choice *ch, int l, LayerTime *t) {
 typedef struct {
   json_t *events; /* Chrome trace events */
   double t0;      /* seconds: the start of the pass being simulated */
-  const char *what;
   const int *layer; /* layer of each position of the pass */
   const double *a2a;/* the all-to-all part of each compute (own track) */
   const double *kv; /* the exposed K/V exchange part of each compute (own track; NULL: none) */
   int *flows;       /* arrows drawn so far (their ids) */
+  const Model *md;
+  const LayerTime *times; /* the layer times (times[rep[l]]), to split each compute into its parts */
+  const int *rep;
+  bool backward;
+  double copy;           /* seconds of an offloaded boundary's copy (0: not offloaded) */
+  const char *copy_name; /* its slice's name */
 } Sink;
 
-enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR_CP, TR__COUNT };
-static const char *const track_names[TR__COUNT] = {
+const char *const cost_track_names[TR__COUNT] = {
     "compute", "communication (FSDP)", "MoE all-to-all (compute stream)", "offload D2H", "offload H2D",
     "optimizer", "context-parallel K/V exchange (exposed, compute stream)"};
 
-static void event(json_t *events, int track, const char *name, double start, double dur, int layer) {
+/* One slice on a track; cat is its category (NULL: the track's name). */
+static void slice(json_t *events, int track, const char *cat, const char *name, double start, double dur, int layer) {
   if (!events || dur <= 0) return;
-  json_t *e = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i}", "name", name, "cat", track_names[track], "ph", "X",
-                        "ts", start * 1e6, "dur", dur * 1e6, "pid", 0, "tid", track);
+  json_t *e = json_pack("{s:s, s:s, s:s, s:f, s:f, s:i, s:i}", "name", name, "cat", cat ? cat : cost_track_names[track],
+                        "ph", "X", "ts", start * 1e6, "dur", dur * 1e6, "pid", 0, "tid", track);
   if (layer >= 0) json_object_set_new(e, "args", json_pack("{s:i}", "layer", layer));
   json_array_append_new(events, e);
+}
+
+static void event(json_t *events, int track, const char *name, double start, double dur, int layer) {
+  slice(events, track, NULL, name, start, dur, layer);
+}
+
+/* Layer l's kernels of one pass, dur seconds from start, as consecutive slices by category:
+ * forward: attention, experts (or MLP), the rest (norms, residuals); backward: the recomputed
+ * forward first, then the same three. The slices add up to dur. */
+static void compute_parts(const Sink *sk, int l, double start, double dur) {
+  const LayerTime *t = &sk->times[sk->rep[l]];
+  bool moe = sk->md->layers[l].kind == LAYER_MOE;
+  const char *ffn = moe ? "experts" : "mlp";
+  double re = sk->backward ? t->recompute : 0;
+  double attn = sk->backward ? t->attn_bwd : t->attn_fwd, f = sk->backward ? t->ffn_bwd : t->ffn_fwd;
+  const char *dir = sk->backward ? "backward" : "forward";
+  char a[40], b[40], c[40];
+  snprintf(a, sizeof a, "attention %s", dir);
+  snprintf(b, sizeof b, "%s %s", moe ? "experts" : "MLP", dir);
+  snprintf(c, sizeof c, "norms, residuals %s", dir);
+  double x = sk->t0 + start;
+  slice(sk->events, TR_COMPUTE, "recompute", "recompute (forward again)", x, re, l);
+  slice(sk->events, TR_COMPUTE, "attention", a, x + re, attn, l);
+  slice(sk->events, TR_COMPUTE, ffn, b, x + re + attn, f, l);
+  slice(sk->events, TR_COMPUTE, "other", c, x + re + attn + f, dur - re - attn - f, l);
 }
 
 /* An arrow in the trace from the end of a gather to the compute that waited for it (Chrome
@@ -215,7 +248,11 @@ static double simulate(const double *ag, const double *rs, const double *compute
       double a = sk->a2a[i], kv = sk->kv ? sk->kv[i] : 0;
       if (waited && ag[i] > 0) flow(sk->events, ++*sk->flows, sk->t0 + ready[i], sk->t0 + start);
       event(sk->events, TR_COMM, "all-gather", sk->t0 + issued[i], ag[i], l);
-      event(sk->events, TR_COMPUTE, sk->what, sk->t0 + start, compute[i] - a - kv, l);
+      compute_parts(sk, l, start, compute[i] - a - kv);
+      /* an offloaded boundary goes out when its layer's forward ends and is back when its
+       * backward (recompute first) starts, overlapped with the neighbours' compute */
+      if (sk->backward) event(sk->events, TR_H2D, sk->copy_name, fmax(0, sk->t0 + start - sk->copy), sk->copy, l);
+      else event(sk->events, TR_D2H, sk->copy_name, sk->t0 + end, sk->copy, l);
       event(sk->events, TR_CP, "K/V exchange", sk->t0 + end - a - kv, kv, l);
       event(sk->events, TR_A2A, "all-to-all", sk->t0 + end - a, a, l);
       if (rs) event(sk->events, TR_COMM, "reduce-scatter", sk->t0 + rs_start, rs[i], l);
@@ -423,9 +460,13 @@ static void simulate_passes(const Model *md, const Choice *ch, CostMemo *memo, j
   if (keep) /* the backward re-gathers only again_b: comm_total is then Σ (ag + again + rs) */
     for (int l = 0; l < L; l++) comm_total -= comm_b[l] - again_b[l];
   /* one micro-batch: embedding/head gathers, forward pass, head and loss, backward pass */
-  Sink fwd = {events, emb_ag, "forward", order_f, lane[LANE_A2A_F], lane[LANE_KV_F], flows};
+  double copy = events && ch->offload != OFF_NONE ? boundary_copy(md->spec, ch) : 0;
+  bool nvme = ch->offload == OFF_NVME;
+  Sink fwd = {events, emb_ag, order_f, lane[LANE_A2A_F], lane[LANE_KV_F], flows, md, memo->times,
+              memo->rep, false, copy, nvme ? "boundary to NVMe" : "boundary to host"};
   double pass_f = simulate(comm_f, NULL, comp_f, L, ch->prefetch, m, &fwd);
-  Sink bwd = {events, emb_ag + pass_f + memo->edge, "backward", order_b, lane[LANE_A2A_B], lane[LANE_KV_B], flows};
+  Sink bwd = {events, emb_ag + pass_f + memo->edge, order_b, lane[LANE_A2A_B], lane[LANE_KV_B], flows,
+              md, memo->times, memo->rep, true, copy, nvme ? "boundary from NVMe" : "boundary from host"};
   double pass = pass_f + simulate(keep ? again_b : comm_b, rs_b, comp_b, L, ch->prefetch, m, &bwd);
   /* the later micro-batches: the same, or gathering only the groups not kept */
   double pass_rest = keep ? simulate(again_f, NULL, comp_f, L, ch->prefetch, m, NULL) +
@@ -455,7 +496,6 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
   const Choice *ch = &c->ch;
   const ClusterSpec *cl = &s->cluster;
   const EfficiencySpec *e = &cl->efficiency;
-  const int L = md->nlayers;
   const double seq = (double)s->training.seq_len;
   CostMemo local = {0};
   if (!memo) memo = &local;
@@ -484,9 +524,6 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
   double comm_total = pp.comm_total;
   event(events, TR_COMM, "embedding + LM head gathers, their reduce-scatter", 0, emb_ag, -1);
   event(events, TR_COMPUTE, "embedding, LM head and loss", emb_ag + pass_f, edge, -1);
-  double copy = ch->offload != OFF_NONE ? boundary_copy(s, ch) : 0;
-  for (int l = 0; l < L && events; l++) /* boundaries out after each layer's forward (overlapped) */
-    event(events, TR_D2H, "boundary to host", emb_ag + pass_f * (l + 1) / L, copy, l);
   double P = (double)md->params_total, shard = P / (double)ch->fsdp;
   double host_bw = cl->host.bandwidth * e->host_memory; /* bytes/s the host cores stream */
   double per_micro = pass + edge + emb_ag + offload, per_rest = pass_rest + edge + emb_rest + offload;

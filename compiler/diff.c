@@ -1,6 +1,8 @@
 /* diff.c — `mtc diff A B`: what changes between two plans (two plan.json files, or two specs,
  * the --set overrides applied to B): layout, checkpointing, memory per tier and per item,
- * predicted times, as a table of the rows that differ. */
+ * predicted times, as a table of the rows that differ; with --html OUT (two specs), also a page
+ * with the two plans side by side: headlines, timelines and memory on one scale, layouts, and
+ * the table. */
 #include <jansson.h>
 #include <errno.h>
 #include <math.h>
@@ -84,8 +86,10 @@ static const char *show(Mem *m, const char *key, json_t *v) {
   return mem_strdup(m, buf);
 }
 
-/* plan.json of a spec (with sets), or the JSON of a file ending in .json. */
-static json_t *load(Mem *m, Diag *d, const char *path, const char *const *sets, int nsets) {
+/* plan.json of a spec (with sets), or the JSON of a file ending in .json; *plan: the spec's plan
+ * (NULL for a plan.json). */
+static json_t *load(Mem *m, Diag *d, const char *path, const char *const *sets, int nsets, Plan **plan) {
+  *plan = NULL;
   size_t n = strlen(path);
   if (n > 5 && !strcmp(path + n - 5, ".json")) {
     if (nsets) /* --set changes a spec; a plan.json is already planned */
@@ -113,15 +117,84 @@ static json_t *load(Mem *m, Diag *d, const char *path, const char *const *sets, 
   Model *md = s ? model_build(m, d, s) : NULL;
   if (!md) return NULL;
   json_t *j = report_json(md);
-  report_plan_json(j, plan_search(m, md), false); /* as mtc compile plans it */
+  *plan = plan_search(m, md);
+  report_plan_json(j, *plan, false); /* as mtc compile plans it */
   return j;
 }
 
-int diff_run(const char *a_path, const char *b_path, const char *const *sets, int nsets, bool all) {
+/* The two plans side by side: headlines, the predicted steps on one time scale, memory on one
+ * scale per tier, the layouts, then the rows that differ (rows: n of key, A, B, change). */
+static bool write_html(Diag *d, const char *path, const char *an, const char *bn, Plan *pa, Plan *pb,
+                       const char *const *rows, int n) {
+  OutFile o;
+  FILE *f = out_open(d, &o, path);
+  if (!f) return false;
+  Plan *pl[2] = {pa, pb};
+  const char *names[2] = {an, bn};
+  fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>mtc diff</title>\n<style>%s"
+             "body{max-width:1500px}.pair svg{width:100%%;height:auto}</style></head><body>\n<h1>", emit_html_style);
+  emit_escape(f, an, strlen(an));
+  fputs(" against ", f);
+  emit_escape(f, bn, strlen(bn));
+  fputs("</h1>\n<div class=\"pair\" id=\"headlines\">", f);
+  for (int i = 0; i < 2; i++) {
+    fprintf(f, "<div><h2>%c: ", 'A' + i);
+    emit_escape(f, names[i], strlen(names[i]));
+    fputs("</h2>\n", f);
+    emit_html_headline(f, pl[i]);
+    fputs("</div>\n", f);
+  }
+  json_t *ev[2] = {emit_step_events(pa), emit_step_events(pb)};
+  double span = fmax(emit_step_span(ev[0], false), emit_step_span(ev[1], false));
+  if (span > 0) {
+    fputs("</div>\n<h2>The predicted steps, on one time scale</h2>\n<div class=\"pair\" id=\"timelines\">", f);
+    for (int i = 0; i < 2; i++) {
+      fputs("<div>", f);
+      if (pl[i]->feasible) emit_steps_svg_to(f, pl[i], ev[i], i ? "timeline-b" : "timeline-a", false, span, 840 / span);
+      else fputs("<p class=\"bad\">No plan fits.</p>", f);
+      fputs("</div>\n", f);
+    }
+  }
+  json_decref(ev[0]), json_decref(ev[1]);
+  MemScale sc = emit_memory_scale(pa), sb = emit_memory_scale(pb);
+  for (int t = 0; t < TIER__COUNT; t++) {
+    sc.shown[t] = sc.shown[t] || sb.shown[t];
+    if (sb.top[t] > sc.top[t]) sc.top[t] = sb.top[t];
+  }
+  fputs("</div>\n<h2>Memory per GPU, on one scale per tier</h2>\n<div class=\"pair\" id=\"memories\">", f);
+  for (int i = 0; i < 2; i++) fputs("<div>", f), emit_memory_svg_to(f, pl[i], &sc), fputs("</div>\n", f);
+  fputs("</div>\n<h2>The layouts</h2>\n<div class=\"pair\" id=\"layouts\">", f);
+  for (int i = 0; i < 2; i++) {
+    fputs("<div>", f);
+    if (pl[i]->feasible) emit_ranks_svg_to(f, pl[i], i ? "layout-b" : "layout-a");
+    fputs("</div>\n", f);
+  }
+  fputs("</div>\n<h2>What differs</h2>\n<table id=\"differences\"><tr><th>key</th><th>A</th><th>B</th><th>change</th></tr>\n", f);
+  for (int i = 0; i < n; i++) {
+    fputs("<tr>", f);
+    for (int k = 0; k < 4; k++) {
+      const char *v = rows[4 * i + k];
+      fputs("<td>", f);
+      emit_escape(f, v, strlen(v));
+      fputs("</td>", f);
+    }
+    fputs("</tr>\n", f);
+  }
+  if (!n) fputs("<tr><td colspan=\"4\">(no differences)</td></tr>\n", f);
+  fputs("</table>\n<p>Written by mtc " MTC_VERSION ".</p>\n</body></html>\n", f);
+  return out_close(d, &o);
+}
+
+int diff_run(const char *a_path, const char *b_path, const char *const *sets, int nsets, bool all,
+             const char *html) {
   Mem m = {0};
   Diag d = {.mem = &m};
-  json_t *a = load(&m, &d, a_path, NULL, 0), *b = a ? load(&m, &d, b_path, sets, nsets) : NULL;
-  if (!a || !b) {
+  Plan *pa = NULL, *pb = NULL;
+  json_t *a = load(&m, &d, a_path, NULL, 0, &pa), *b = a ? load(&m, &d, b_path, sets, nsets, &pb) : NULL;
+  if (a && b && html && (!pa || !pb))
+    diag_error(&d, (Loc){0}, "--html %s: %s is a plan.json, which holds no schedule to draw; expected A and B to be "
+               "specs (such as the ones the plan.json files came from)", html, pa ? b_path : a_path);
+  if (!a || !b || d.msg) {
     fputs(d.msg, stderr);
     json_decref(a), json_decref(b);
     mem_free(&m);
@@ -132,6 +205,7 @@ int diff_run(const char *a_path, const char *b_path, const char *const *sets, in
   flatten(&fb, b, "");
   printf("%-56s %26s %26s %9s\n", "key", "A", "B", "change");
   int shown = 0;
+  const char **rows = mem_array(&m, (size_t)(fa.n + fb.n) * 4 + 1, sizeof *rows); /* key, A, B, change */
   for (int pass = 0; pass < 2; pass++) { /* A's keys in order, then keys only B has */
     Flat *f = pass ? &fb : &fa, *o = pass ? &fa : &fb;
     for (int i = 0; i < f->n; i++) {
@@ -149,14 +223,21 @@ int diff_run(const char *a_path, const char *b_path, const char *const *sets, in
       char change[32] = "";
       if (va && vb && json_is_number(va) && json_is_number(vb) && json_number_value(va) != 0)
         snprintf(change, sizeof change, "%+.1f%%", 100 * (json_number_value(vb) / json_number_value(va) - 1));
-      printf("%-56s %26s %26s %9s\n", f->keys[i], show(&m, f->keys[i], va), show(&m, f->keys[i], vb), change);
+      const char **r = rows + 4 * shown;
+      r[0] = f->keys[i], r[1] = show(&m, f->keys[i], va), r[2] = show(&m, f->keys[i], vb), r[3] = mem_strdup(&m, change);
+      printf("%-56s %26s %26s %9s\n", r[0], r[1], r[2], r[3]);
       shown++;
     }
   }
   if (!shown) printf("(no differences)\n");
+  int status = EXIT_DONE;
+  if (html && !write_html(&d, html, a_path, nsets ? mem_printf(&m, "%s with --set %s%s", b_path, sets[0],
+                                                                nsets > 1 ? " ..." : "") : b_path,
+                          pa, pb, rows, shown))
+    fputs(d.msg, stderr), status = EXIT_BAD_INPUT;
   for (int i = 0; i < fa.n; i++) json_decref(fa.vals[i]);
   for (int i = 0; i < fb.n; i++) json_decref(fb.vals[i]);
   json_decref(a), json_decref(b);
   mem_free(&m);
-  return EXIT_DONE;
+  return status;
 }

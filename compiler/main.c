@@ -37,8 +37,10 @@ static const char usage_main[] =
     "  explain SPEC          the chosen plan and the best alternatives, with why each lost\n"
     "  sweep SPEC --over KEY=V1,V2,... [--over ...] [--csv]\n"
     "                        the best plan for every point of a grid, one row each\n"
-    "  diff A B [--all]      what changes between two plans (plan.json files or specs; --set\n"
-    "                        applies to B): layout, memory items, predicted times\n"
+    "  diff A B [--all] [--html OUT]\n"
+    "                        what changes between two plans (plan.json files or specs; --set\n"
+    "                        applies to B): layout, memory items, predicted times; --html: the\n"
+    "                        two specs' plans side by side as a page\n"
     "  import-hf CONFIG [-o SPEC]\n"
     "                        a spec from a Hugging Face config.json (llama, qwen2, qwen3, mixtral,\n"
     "                        qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, gpt2)\n"
@@ -107,12 +109,14 @@ static const char *const usage_cmd[][2] = {
               "or why nothing fits. Example:\n"
               "  mtc sweep specs/europa-1t.yaml --over cluster.nodes=24,48,96,192 \\\n"
               "            --over training.seq_len=16384,32768,65536,131072\n"},
-    {"diff", "usage: mtc diff A B [--all] [--set KEY=VALUE]...\n\n"
+    {"diff", "usage: mtc diff A B [--all] [--html OUT] [--set KEY=VALUE]...\n\n"
              "A and B are plan.json files or specs; the --set overrides apply to B, so\n"
              "  mtc diff s.yaml s.yaml --set training.seq_len=32768\n"
              "shows what the shorter sequence changes. Prints the rows that differ (--all: every\n"
              "row): layout, checkpointing, memory per tier and per item (per-layer items summed),\n"
-             "predicted times.\n"},
+             "predicted times. --html OUT also writes a self-contained page (A and B specs) with the\n"
+             "two plans side by side: headlines, timelines and memory on one scale, layouts and the\n"
+             "table.\n"},
     {"import-hf", "usage: mtc import-hf CONFIG [-o SPEC]\n\n"
                   "Writes a spec whose model section comes from a Hugging Face config.json (to stdout,\n"
                   "or to SPEC), with cluster and training sections to edit.\n"},
@@ -230,6 +234,7 @@ typedef struct {
   const char *cmd, *spec, *out;
   const char *backend, *real; /* mtc build */
   const char *preset;         /* mtc calibrate */
+  const char *html;           /* mtc diff --html */
   const char **sets, **overs;
   int nsets, nover;
   bool json, csv, all;
@@ -377,7 +382,7 @@ int main(int argc, char **argv) {
       {"backend", required_argument, NULL, LONG + 'b'}, {"real", required_argument, NULL, LONG + 'r'},
       {"force", no_argument, NULL, LONG + 'f'}, {"allow-edits", no_argument, NULL, LONG + 'e'},
       {"preset", required_argument, NULL, LONG + 'p'}, {"spec", required_argument, NULL, LONG + 'S'},
-      {NULL, 0, NULL, 0}};
+      {"html", required_argument, NULL, LONG + 'H'}, {NULL, 0, NULL, 0}};
   Args a = {.cmd = cmd};
   a.sets = calloc((size_t)argc, sizeof *a.sets);
   a.overs = calloc((size_t)argc, sizeof *a.overs);
@@ -421,6 +426,10 @@ int main(int argc, char **argv) {
     case 'a':
       if (strcmp(cmd, "diff") != 0) status = usage_error(cmd, "--all applies to 'diff' only");
       a.all = true;
+      break;
+    case 'H':
+      if (strcmp(cmd, "diff") != 0) status = usage_error(cmd, "--html applies to 'diff' only");
+      a.html = optarg;
       break;
     case 'b':
     case 'r':
@@ -469,7 +478,7 @@ int main(int argc, char **argv) {
       else status = calibrate_run((const char *const *)argv + 1 + optind, nargs, a.preset, a.out);
     } else if (strcmp(cmd, "diff") == 0) {
       if (nargs != 2) status = usage_error(cmd, "expected two plans or specs, A and B");
-      else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all);
+      else status = diff_run(argv[1 + optind], argv[2 + optind], a.sets, a.nsets, a.all, a.html);
     } else if (nargs != 1) {
       bool dir = strcmp(cmd, "build") == 0, hf = strcmp(cmd, "import-hf") == 0;
       status = usage_error(cmd, nargs ? (dir ? "expected one DIR" : hf ? "expected one CONFIG file" : "expected one SPEC file")

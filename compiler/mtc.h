@@ -24,6 +24,8 @@
  *   report_plan.c report_  the plan as text, summary, explain and plan.json keys
  *   emit_svg.c    emit_    memory.svg, and emit_escape for HTML/SVG text
  *   emit_trace.c  emit_    timeline.json (the predicted step as a Chrome trace)
+ *   emit_steps_svg.c emit_ the predicted step as an SVG timeline (report.html, diff --html)
+ *   emit_ranks_svg.c emit_ the layout drawn: nodes, GPUs, EP/FSDP/CP groups (report.html)
  *   emit_html.c   emit_    report.html
  *   emit_layout.c em_      the program's parameter groups, tensors and arena (emit.h)
  *   emit_place.c  em_      where the buffers are: each at its plan item's offset, per tier (emit.h)
@@ -940,10 +942,15 @@ double cost_ns_flops_busiest(const Model *md, const Choice *ch, double *moving_e
 /* Predicts the step time of candidate c (cost.c). */
 void cost_step(const Model *md, Candidate *c);
 /* The same, also appending the predicted step's events to trace (a json_t array of Chrome
- * trace events; times in µs): one micro-batch in detail (a track per stream, each op and
- * collective with its layer), the others as one event per track, then all-reduce and
- * optimizer. The compute track sums to Cost.compute. */
+ * trace events; times in µs): one micro-batch in detail (a track per stream, each collective
+ * with its layer, a layer's compute as slices by category: attention, experts or mlp,
+ * recompute, other; each offloaded boundary out after its layer's forward and back before its
+ * backward), the others as one event per track, then all-reduce and optimizer. The compute
+ * track sums to Cost.compute. */
 void cost_step_trace(const Model *md, Candidate *c, void *trace);
+/* The trace's tracks (Chrome trace tids), one per stream, and their names. */
+enum { TR_COMPUTE, TR_COMM, TR_A2A, TR_D2H, TR_H2D, TR_OPT, TR_CP, TR__COUNT };
+extern const char *const cost_track_names[TR__COUNT];
 
 /* One layer's predicted times for one micro-batch, seconds (cost.c). */
 typedef struct {
@@ -954,6 +961,9 @@ typedef struct {
   double kv_ag, kv_rs;        /* cp > 1: the K/V all-gather and the dK/dV reduce-scatter over the cp
                                  group (forward gathers once, backward again) */
   double kv_fwd, kv_bwd;      /* their exposed parts, on the compute stream */
+  double attn_fwd, attn_bwd;  /* the attention block's part of fwd and bwd (q/k/v through the output
+                                 projection) */
+  double ffn_fwd, ffn_bwd;    /* the MLP's or the MoE's (router, experts, shared experts) part */
 } LayerTime;
 void cost_layer(const Model *md, const Choice *ch, int layer, LayerTime *t);
 /* The two-stream simulation of a step's passes for one reshard pair and prefetch depth
@@ -1075,18 +1085,47 @@ bool emit_memory_svg(Diag *d, const Plan *p, const char *path);
 
 /* Writes n bytes of s to f with <, >, & and " escaped for XML and HTML. */
 void emit_escape(FILE *f, const char *s, size_t n);
-/* The same picture written to f (report.html inlines it). */
-void emit_memory_svg_to(FILE *f, const Plan *p);
-/* Writes report.html: a self-contained page with the summary, memory picture and plan text. */
+/* The tiers a memory picture shows and the bytes at the top of each tier's axes. */
+typedef struct {
+  int64_t top[TIER__COUNT];
+  bool shown[TIER__COUNT];
+} MemScale;
+/* p's own: the tiers with live bytes, each up to the larger of its capacity and live peak. */
+MemScale emit_memory_scale(const Plan *p);
+/* The same picture written to f (report.html inlines it), on scale (NULL: p's own, and the SVG's
+ * id is "memory"; `mtc diff --html` draws two plans on one). */
+void emit_memory_svg_to(FILE *f, const Plan *p, const MemScale *scale);
+/* An axis step: the smallest 1, 2 or 5 x 10^k (k >= -9) with at most `most` steps over span. */
+double emit_axis_step(double span, double most);
+/* Layers between two layer marks on an axis of L layers (1, 2, 5, 10, 20, ...: at most 8 steps). */
+int emit_layer_stride(int L);
+/* Writes report.html: a self-contained page with the headline, the predicted step as a
+ * timeline, the memory picture, the layout drawn and the plan text. */
 bool emit_report_html(Diag *d, const Plan *p, const char *path);
+/* report.html's pieces, shared with `mtc diff --html`: its CSS; the headline and time table;
+ * the pixels per second of the layer-by-layer view of a first micro-batch of span seconds. */
+extern const char *emit_html_style;
+void emit_html_headline(FILE *f, const Plan *p);
+double emit_html_layer_scale(const Plan *p, double span, double width);
+/* The predicted step's Chrome trace events of p (a new json_t array; empty when infeasible). */
+struct json_t *emit_step_events(const Plan *p);
+/* Seconds the events span: all of them, or (first_micro) the first micro-batch's layers. */
+double emit_step_span(struct json_t *events, bool first_micro);
+/* Writes the events as an SVG timeline with id, one lane per stream, span seconds at px_per_s;
+ * first_micro: only the first micro-batch's layers (emit_steps_svg.c). */
+void emit_steps_svg_to(FILE *f, const Plan *p, struct json_t *events, const char *id, bool first_micro,
+                       double span, double px_per_s);
+/* Writes the layout as SVG with id: nodes, GPUs, EP, FSDP and CP groups (emit_ranks_svg.c). */
+void emit_ranks_svg_to(FILE *f, const Plan *p, const char *id);
 /* Writes timeline.json: the predicted step of p as a Chrome trace (see cost_step_trace). */
 bool emit_timeline(Diag *d, const Plan *p, const char *path);
 
 /* ------------------------------------------------------------------ diff.c */
 
 /* `mtc diff A B`: A and B are plan.json files or specs (sets apply to B); prints the rows that
- * differ (all rows with all). Returns the exit status. */
-int diff_run(const char *a, const char *b, const char *const *sets, int nsets, bool all);
+ * differ (all rows with all); html (non-NULL, A and B specs): also writes that page with the two
+ * plans side by side. Returns the exit status. */
+int diff_run(const char *a, const char *b, const char *const *sets, int nsets, bool all, const char *html);
 
 /* ------------------------------------------------------------------ calibrate.c */
 

@@ -168,6 +168,10 @@ expect 0 '^checkpoint.boundary_bytes_per_gpu +59.6 GB +29.8 GB' "$mtc" diff spec
 expect 0 '^\(no differences\)' "$mtc" diff generated/europa-1t/plan.json specs/europa-1t.yaml
 expect 0 '^model.params_total' "$mtc" diff generated/tiny-moe/plan.json generated/llama-3.1-8b/plan.json
 expect 2 'expected two plans or specs' "$mtc" diff specs/europa-1t.yaml
+expect 2 "is a plan.json, which holds no schedule to draw; expected A and B to be specs" \
+  "$mtc" diff generated/tiny-moe/plan.json specs/tiny-moe.yaml --html "${TMPDIR:-/tmp}/mtc-cli-diff.html"
+expect 2 "--html applies to 'diff' only" "$mtc" plan specs/tiny-moe.yaml --html "${TMPDIR:-/tmp}/mtc-cli-diff.html"
+[ ! -e "${TMPDIR:-/tmp}/mtc-cli-diff.html" ] || { echo "FAIL: a refused diff --html wrote its page"; fail=1; }
 expect 2 'not a plan.json' "$mtc" diff README.md.json specs/europa-1t.yaml
 # a JSON file that is not a plan (an empty object, a checkpoint manifest) is refused, naming what it lacks
 echo '{}' >"${TMPDIR:-/tmp}/mtc-cli-empty.json"

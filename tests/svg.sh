@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# memory.svg from `mtc compile` of every example spec parses as XML, and each tier's bar
-# segments add up to the tier's live peak in plan.json.   usage: svg.sh MTC SOURCE_DIR
+# memory.svg from `mtc compile` of every example spec parses as XML, each tier's bar
+# segments add up to the tier's live peak in plan.json, and each tier's curve has an axis
+# with at least 3 values and layer marks (layer 0 forward and backward at least).   usage: svg.sh MTC SOURCE_DIR
 set -u
 mtc=$(realpath "$1"); cd "$2" || exit 2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -21,6 +22,16 @@ for spec in specs/*.yaml; do
     json=$(tr -d ' \n' < "$tmp/$name/plan.json" | grep -o "\"$tier\":{\"capacity\":[0-9]*,\"peak\":[0-9]*,\"live_peak\":[0-9]*" | grep -o '[0-9]*$')
     [ "$json" = "$peak" ] || { echo "FAIL $name: $tier live peak $peak in the SVG, $json in plan.json"; fail=1; }
   done < "$tmp/$name.tiers"
+  # per tier: tick labels and layer marks under its curve
+  awk '/<g class="axes"/ { t = $0; sub(/.*data-tier="/, "", t); sub(/".*/, "", t); tiers[t] = 1 }
+       /class="s tick"/ { ticks[t]++ }
+       /class="s layer"/ { marks[t]++; if ($0 ~ />0<\/text>/) zero[t]++ }
+       END { for (t in tiers) printf "%s %d %d %d\n", t, ticks[t], marks[t], zero[t] }' "$svg" > "$tmp/$name.axes"
+  [ "$(wc -l < "$tmp/$name.axes")" = "$(wc -l < "$tmp/$name.tiers")" ] || { echo "FAIL $name: a tier without axes"; fail=1; }
+  while read -r tier ticks marks zero; do
+    [ "$ticks" -ge 3 ] && [ "$marks" -ge 2 ] && [ "$zero" = 2 ] ||
+      { echo "FAIL $name: $tier axis has $ticks values, $marks layer marks ($zero at layer 0)"; fail=1; }
+  done < "$tmp/$name.axes"
 done
-[ $fail -eq 0 ] && echo "ok: memory.svg parses and its bars add up to plan.json's peaks for every spec"
+[ $fail -eq 0 ] && echo "ok: memory.svg parses, has axis values and layer marks, and its bars add up to plan.json's peaks for every spec"
 exit $fail
