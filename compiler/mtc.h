@@ -660,6 +660,7 @@ typedef struct {
   double tokens_per_s_per_gpu, mfu;
   double comm_total;        /* all FSDP collective time, hidden or not */
   const char *bottleneck;   /* the largest component */
+  double bottleneck_seconds; /* and its seconds */
 } Cost;
 
 /* A candidate plan: choice, memory items packed per tier, and (if it fits) its cost. */
@@ -1255,6 +1256,14 @@ void *report_json(const Model *md);
 /* The plan's sections of `mtc plan` text; timing adds the search's wall time (not written
  * to files, which must be deterministic). */
 void report_plan_text(FILE *out, const Plan *p, bool timing);
+/* The widest line of report text (plan.txt, mtc plan/explain/sweep): longer lines are wrapped. */
+enum { REPORT_WIDTH = 120 };
+/* Writes text (lines ending in '\n') to out with every line over REPORT_WIDTH broken at spaces,
+ * continuation lines indented under the line's label or text. */
+void report_wrap(FILE *out, const char *text);
+/* "hbm over by 3.2 GiB (92.6 of 89.4 GiB), host over by ..." for a candidate that does not fit:
+ * every tier its packed peak overflows, in m. */
+const char *report_overs(Mem *m, const Candidate *c);
 /* One line: the chosen layout, HBM peak and predicted step (mtc compile prints it). */
 void report_summary(FILE *out, const Plan *p);
 /* `mtc explain`: the chosen plan in one line, then the alternatives with why each lost. */

@@ -145,6 +145,15 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
     }
     mem_free(&m);
   }
+  if (!csv)
+    fputs("\ncolumns: fits: the plan fits every memory tier; fsdp x dp: FSDP group x its replicas; ep: expert-parallel\n"
+          "  ranks; cp: context-parallel ranks; ckpt: activation checkpointing (none, selective, full); offl: where\n"
+          "  layer-boundary activations wait for the backward (none: HBM, host, nvme); opt: where the optimizer state\n"
+          "  lives (hbm, host; host-cpu: host, stepped by the host CPU); pf: all-gathers in flight ahead (prefetch);\n"
+          "  mb: sequences per GPU per micro-batch; keep: when gathered parameters are freed (micro: after each\n"
+          "  micro-batch, step: kept until the optimizer step, stp-d: the dense ones kept and the routed experts\n"
+          "  freed, stp-e: the experts kept); tok/s/GPU, MFU, step s: predicted; HBM GiB, host GiB: packed peaks per\n"
+          "  GPU; bottleneck: the largest term of the predicted step\n", stdout);
   mem_free(&mem);
   return EXIT_DONE;
 bad:
