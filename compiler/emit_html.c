@@ -38,6 +38,12 @@ bool emit_report_html(Diag *d, const Plan *p, const char *path) {
             plan_ac_words(c->ch.ac), c->ch.offload == OFF_HOST ? ", boundaries on host" :
                                     c->ch.offload == OFF_NVME ? ", boundaries on NVMe" : "",
             c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu, c->cost.bottleneck);
+    Mem pm = {0}; /* where the prediction comes from (report_provenance) */
+    const char *prov = report_provenance(&pm, s, true);
+    fputs("<p class=\"prov\">Where this prediction comes from: ", f);
+    emit_escape(f, prov, strlen(prov));
+    fputs(" (the plan text below has the whole account).</p>\n", f);
+    mem_free(&pm);
     fputs("<table><tr><th>component</th><th>seconds per step</th></tr>\n", f);
     const Cost *k = &c->cost;
     const char *names[] = {"compute", "exposed FSDP communication", "MoE all-to-all", "exposed activation offload",

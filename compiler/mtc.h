@@ -360,6 +360,22 @@ typedef struct {
   double internode; /* per GPU between nodes, bytes/s per direction */
 } LinksSpec;
 
+/* Where the cost model's rates for this cluster come from (cluster.evidence, data in the presets):
+ * reports print it beside every prediction, and launch.sbatch's time limit follows from it. */
+typedef struct {
+  bool present;
+  const char *measured;       /* efficiency keys measured or taken from a published microbenchmark,
+                                 space-separated (NULL: none); the rest are assumptions */
+  const char *fitted;         /* efficiency keys fitted to whole published runs (NULL: none) */
+  double band_low, band_high; /* predicted / published tokens/s over the fidelity rows of
+                                 tests/specs/fidelity on this GPU (0: no rows) */
+  int64_t band_rows;          /* how many rows */
+  const char *band_source;    /* which rows (NULL: none) */
+  double program_ratio;       /* measured / predicted tokens/s of mtc's generated program (0: never
+                                 measured) */
+  const char *program_source; /* the run and the GPU it ran on (NULL: none) */
+} EvidenceSpec;
+
 typedef struct {
   bool present;
   const char *preset;
@@ -371,6 +387,7 @@ typedef struct {
   LinksSpec links;
   EfficiencySpec efficiency;
   ReserveSpec reserve;
+  EvidenceSpec evidence;
 } ClusterSpec;
 
 typedef struct {
@@ -432,6 +449,8 @@ const char *spec_attn_name(AttnKind k);
 const char *spec_act_name(Activation a);
 const char *spec_router_name(RouterKind r);
 const char *spec_norm_name(NormKind n);
+/* The i-th key of cluster.efficiency (from 0), NULL past the last. */
+const char *spec_efficiency_key(int i);
 /* cluster.stack's name: "mtc", "pytorch-eager", "pytorch-compile". */
 const char *spec_stack_name(Stack st);
 
@@ -1264,6 +1283,12 @@ void report_wrap(FILE *out, const char *text);
 /* "hbm over by 3.2 GiB (92.6 of 89.4 GiB), host over by ..." for a candidate that does not fit:
  * every tier its packed peak overflows, in m. */
 const char *report_overs(Mem *m, const Candidate *c);
+/* Where the predictions of spec s come from (cluster.evidence): brief, one line ("rates: 5 measured,
+ * 1 fitted, 11 assumed; ..."), else the lines of plan.txt's section. In m. */
+const char *report_provenance(Mem *m, const Spec *s, bool brief);
+/* How many times its predicted time a run of spec s may take, by cluster.evidence: the largest of
+ * 1.2 (no evidence), band_high and, for cluster.stack mtc, 1 / program_ratio. */
+double report_time_factor(const Spec *s);
 /* One line: the chosen layout, HBM peak and predicted step (mtc compile prints it). */
 void report_summary(FILE *out, const Plan *p);
 /* `mtc explain`: the chosen plan in one line, then the alternatives with why each lost. */

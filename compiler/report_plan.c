@@ -101,6 +101,67 @@ const char *report_overs(Mem *m, const Candidate *c) {
   return mem_printf(m, "%s over by %s", plan_tier_name(c->over_tier), a);
 }
 
+/* Whether the space-separated list names key. */
+static bool listed(const char *list, const char *key) {
+  size_t k = strlen(key);
+  for (const char *w = list ? list : ""; *w;) {
+    size_t n = strcspn(w, " ,");
+    if (n == k && strncmp(w, key, n) == 0) return true;
+    w += n + strspn(w + n, " ,");
+  }
+  return false;
+}
+
+double report_time_factor(const Spec *s) {
+  const EvidenceSpec *ev = &s->cluster.evidence;
+  double f = 1.2;
+  if (ev->band_rows > 0 && ev->band_high > f) f = ev->band_high;
+  if (s->cluster.stack == STACK_MTC && ev->program_ratio > 0 && 1 / ev->program_ratio > f) f = 1 / ev->program_ratio;
+  return f;
+}
+
+const char *report_provenance(Mem *m, const Spec *s, bool brief) {
+  const EvidenceSpec *ev = &s->cluster.evidence;
+  const char *kinds[3] = {"", "", ""}; /* measured, fitted, assumed */
+  int count[3] = {0, 0, 0};
+  for (int i = 0; spec_efficiency_key(i); i++) {
+    const char *k = spec_efficiency_key(i);
+    int c = listed(ev->measured, k) ? 0 : listed(ev->fitted, k) ? 1 : 2;
+    kinds[c] = mem_printf(m, "%s%s%s", kinds[c], count[c] ? ", " : "", k);
+    count[c]++;
+  }
+  const char *band = ev->band_rows > 0
+      ? mem_printf(m, "predicted / published tokens/s %.2f..%.2f over %lld fidelity rows", ev->band_low, ev->band_high,
+                   (long long)ev->band_rows)
+      : "no fidelity row on this GPU";
+  bool mtc = s->cluster.stack == STACK_MTC;
+  const char *prog = !mtc ? ""
+      : ev->program_ratio > 0 ? mem_printf(m, "mtc's program measured at %.2fx its prediction", ev->program_ratio)
+                              : "mtc's program never measured on this GPU";
+  double f = report_time_factor(s);
+  if (brief) /* the program's run named by its source's first words ("moe-1b on one H200") */
+    return mem_printf(m, "rates%s%s: %d measured, %d fitted, %d assumed (cluster.evidence); %s%s%s%s%.*s%s; a step "
+                         "may take up to %.2fx the prediction", s->cluster.preset ? " of " : "",
+                      s->cluster.preset ? s->cluster.preset : "", count[0], count[1], count[2], band, mtc ? "; " : "", prog,
+                      mtc && ev->program_ratio > 0 && ev->program_source ? " (" : "",
+                      mtc && ev->program_ratio > 0 && ev->program_source ? (int)strcspn(ev->program_source, ",(:;") : 0,
+                      ev->program_source ? ev->program_source : "",
+                      mtc && ev->program_ratio > 0 && ev->program_source ? ")" : "", f);
+  const char *r = mem_printf(m, "\nwhere the predictions come from (cluster.evidence%s%s)\n",
+                             s->cluster.preset ? " of preset " : "", s->cluster.preset ? s->cluster.preset : "");
+  r = mem_printf(m, "%s  efficiencies measured or from a published microbenchmark (the preset cites each): %s\n", r,
+                 count[0] ? kinds[0] : "none");
+  if (count[1]) r = mem_printf(m, "%s  fitted to whole published runs: %s\n", r, kinds[1]);
+  r = mem_printf(m, "%s  assumed: %s\n", r, count[2] ? kinds[2] : "none");
+  r = mem_printf(m, "%s  fidelity: %s%s%s%s\n", r, band, ev->band_source ? " (" : "", ev->band_source ? ev->band_source : "",
+                 ev->band_source ? ")" : "");
+  if (mtc)
+    r = mem_printf(m, "%s  cluster.stack mtc: %s%s%s%s\n", r, prog, ev->program_source ? " (" : "",
+                   ev->program_source ? ev->program_source : "", ev->program_source ? ")" : "");
+  return mem_printf(m, "%s  so a step may take up to %.2fx the predicted one (the largest of 1.2, the band's top%s); "
+                       "launch.sbatch's time limit allows for it\n", r, f, mtc ? " and 1 / the program's ratio" : "");
+}
+
 static const char *choice_text(Mem *m, const Choice *ch) {
   return mem_printf(m, "fsdp %lld x dp %lld, ep %lld%s%s, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
                     "%s",
@@ -388,6 +449,7 @@ static void plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "  step                       %9.3f  (the sum of the terms above) -> %.0f tokens/s per GPU, MFU %.1f%%\n",
             k->step, k->tokens_per_s_per_gpu, 100 * k->mfu);
     fprintf(out, "  bottleneck: %s, the largest term (%.3f s of %.3f)\n", k->bottleneck, k->bottleneck_seconds, k->step);
+    fputs(report_provenance(&m, s, false), out);
     if (p->hint) fprintf(out, "hint: %s\n", p->hint);
   } else {
     fprintf(out, "\nclosest candidate: %s\n", report_overs(&m, c));
@@ -422,6 +484,7 @@ static void summary(FILE *out, const Plan *p, bool timing) {
             choice_text(&m, &c->ch), cpu ? "memory per rank" : "HBM", a, b, c->cost.step,
             c->cost.tokens_per_s_per_gpu, cpu ? "rank" : "GPU", 100 * c->cost.mfu,
             cpu ? " of the preset's assumed rate per rank" : "");
+  if (p->feasible) fprintf(out, "  (%s)\n", report_provenance(&m, p->md->spec, true));
   else if (p->ncandidates)
     fprintf(out, "plan: nothing fits; closest: %s; advice: %s\n", report_overs(&m, c), p->advice);
   mem_free(&m);
@@ -684,6 +747,23 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_object_set_new(br, "optimizer", json_real(k->optimizer));
     json_object_set_new(br, "dp_all_reduce", json_real(k->dp_allreduce));
     json_object_set_new(pr, "breakdown", br);
+    const EvidenceSpec *ev = &s->cluster.evidence; /* where the rates come from (cluster.evidence) */
+    json_t *pv = json_object(), *kind[3] = {json_array(), json_array(), json_array()};
+    for (int i = 0; spec_efficiency_key(i); i++) {
+      const char *key = spec_efficiency_key(i);
+      json_array_append_new(kind[listed(ev->measured, key) ? 0 : listed(ev->fitted, key) ? 1 : 2], json_string(key));
+    }
+    json_object_set_new(pv, "measured", kind[0]);
+    json_object_set_new(pv, "fitted", kind[1]);
+    json_object_set_new(pv, "assumed", kind[2]);
+    json_object_set_new(pv, "band_low", json_real(ev->band_low));
+    json_object_set_new(pv, "band_high", json_real(ev->band_high));
+    json_object_set_new(pv, "band_rows", jint(ev->band_rows));
+    if (ev->band_source) json_object_set_new(pv, "band_source", json_string(ev->band_source));
+    json_object_set_new(pv, "program_ratio", json_real(ev->program_ratio));
+    if (ev->program_source) json_object_set_new(pv, "program_source", json_string(ev->program_source));
+    json_object_set_new(pv, "time_factor", json_real(report_time_factor(s)));
+    json_object_set_new(pr, "provenance", pv);
     if (p->hint) json_object_set_new(pr, "hint", json_string(p->hint));
     json_object_set_new(root, "predicted", pr);
   } else {
