@@ -139,14 +139,13 @@ const char *report_provenance(Mem *m, const Spec *s, bool brief) {
       : ev->program_ratio > 0 ? mem_printf(m, "mtc's program measured at %.2fx its prediction", ev->program_ratio)
                               : "mtc's program never measured on this GPU";
   double f = report_time_factor(s);
-  if (brief) /* the program's run named by its source's first words ("moe-1b on one H200") */
-    return mem_printf(m, "rates%s%s: %d measured, %d fitted, %d assumed (cluster.evidence); %s%s%s%s%.*s%s; a step "
-                         "may take up to %.2fx the prediction", s->cluster.preset ? " of " : "",
+  const char *run = mtc && ev->program_ratio > 0 && ev->program_source /* by its source's first words */
+      ? mem_printf(m, " (%.*s)", (int)strcspn(ev->program_source, ",(:;"), ev->program_source) : "";
+  if (brief)
+    return mem_printf(m, "rates%s%s: %d measured, %d fitted, %d assumed (cluster.evidence); %s%s%s%s; a step may take "
+                         "up to %.2fx the prediction", s->cluster.preset ? " of " : "",
                       s->cluster.preset ? s->cluster.preset : "", count[0], count[1], count[2], band, mtc ? "; " : "", prog,
-                      mtc && ev->program_ratio > 0 && ev->program_source ? " (" : "",
-                      mtc && ev->program_ratio > 0 && ev->program_source ? (int)strcspn(ev->program_source, ",(:;") : 0,
-                      ev->program_source ? ev->program_source : "",
-                      mtc && ev->program_ratio > 0 && ev->program_source ? ")" : "", f);
+                      run, f);
   const char *r = mem_printf(m, "\nwhere the predictions come from (cluster.evidence%s%s)\n",
                              s->cluster.preset ? " of preset " : "", s->cluster.preset ? s->cluster.preset : "");
   r = mem_printf(m, "%s  efficiencies measured or from a published microbenchmark (the preset cites each): %s\n", r,
