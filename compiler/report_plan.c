@@ -610,9 +610,10 @@ static void explain(FILE *out, const Plan *p, bool timing) {
     return;
   }
   if (p->feasible)
-    fprintf(out, "chosen     %s\n           step %.3f s, %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n",
+    fprintf(out, "chosen     %s\n           step %.3f s, %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n"
+                 "           (%s)\n",
             choice_text(&m, &c->ch), c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu,
-            c->cost.bottleneck);
+            c->cost.bottleneck, report_provenance(&m, p->md->spec, true));
   else
     fprintf(out, "nothing fits; closest: %s, %s\nadvice: %s\n", choice_text(&m, &c->ch), report_overs(&m, c),
             p->advice);
