@@ -84,7 +84,7 @@ enum { MAX_JOB_MINUTES = 24 * 60 }; /* the longest --time launch.sbatch asks for
  * minutes (need), and what launch.sbatch asks for: need, capped at MAX_JOB_MINUTES. */
 static int job_minutes(const Plan *p, double *need) {
   double secs = p->feasible ? p->best.cost.step * (double)p->md->spec->training.steps : 0;
-  *need = ceil((secs * report_time_factor(p->md->spec) + 600) / 60);
+  *need = ceil((secs * report_time_factor(p->md->spec, NULL) + 600) / 60);
   return *need > MAX_JOB_MINUTES ? MAX_JOB_MINUTES : (int)*need;
 }
 
@@ -106,7 +106,7 @@ const char *emit_program_note(Mem *m, const Plan *p) {
   return mem_printf(m, "%snote: launch.sbatch asks for --time=%02d:00:00, the usual maximum of a partition, but the run "
                     "needs about %lld:%02lld:00 (%.2fx the prediction, cluster.evidence): it takes %lld jobs; each saves a "
                     "checkpoint before its limit, and sbatch-ing the script again resumes from it\n",
-                    hidden, limit / 60, (long long)need / 60, (long long)need % 60, report_time_factor(p->md->spec),
+                    hidden, limit / 60, (long long)need / 60, (long long)need % 60, report_time_factor(p->md->spec, NULL),
                     (long long)ceil(need / limit));
 }
 
@@ -136,7 +136,7 @@ static void sbatch(FILE *f, const Plan *p, const char *origin) {
     if (*c == '\n') fputs("\n#   ", f);
     else fputc(*c, f);
   fprintf(f, "\n# --time: the predicted run x %.2f (the most that account allows) + 10 minutes to start.\n",
-          report_time_factor(s));
+          report_time_factor(s, NULL));
   mem_free(&m);
   fprintf(f, "#   DATA=/path/to/tokens.bin sbatch launch.sbatch   (after `mtc build .%s`)\n",
           gpus ? " --backend cuda" : "");

@@ -1286,9 +1286,10 @@ const char *report_overs(Mem *m, const Candidate *c);
 /* Where the predictions of spec s come from (cluster.evidence): brief, one line ("rates: 5 measured,
  * 1 fitted, 11 assumed; ..."), else the lines of plan.txt's section. In m. */
 const char *report_provenance(Mem *m, const Spec *s, bool brief);
-/* How many times its predicted time a run of spec s may take, by cluster.evidence: the largest of
- * 1.2 (no evidence), band_high and, for cluster.stack mtc, 1 / program_ratio. */
-double report_time_factor(const Spec *s);
+/* How many times its predicted time launch.sbatch allows a run of spec s, by cluster.evidence: the
+ * largest of 1.2, band_high and, for cluster.stack mtc, 1 / program_ratio; *why (unless why is
+ * NULL) says which, in words. */
+double report_time_factor(const Spec *s, const char **why);
 /* One line: the chosen layout, HBM peak and predicted step (mtc compile prints it). */
 void report_summary(FILE *out, const Plan *p);
 /* `mtc explain`: the chosen plan in one line, then the alternatives with why each lost. */

@@ -112,11 +112,17 @@ static bool listed(const char *list, const char *key) {
   return false;
 }
 
-double report_time_factor(const Spec *s) {
+double report_time_factor(const Spec *s, const char **why) {
   const EvidenceSpec *ev = &s->cluster.evidence;
+  bool mtc = s->cluster.stack == STACK_MTC, band = ev->band_rows > 0;
   double f = 1.2;
-  if (ev->band_rows > 0 && ev->band_high > f) f = ev->band_high;
-  if (s->cluster.stack == STACK_MTC && ev->program_ratio > 0 && 1 / ev->program_ratio > f) f = 1 / ev->program_ratio;
+  const char *w = band || (mtc && ev->program_ratio > 0) ? "1.2, the least margin" : "no evidence bounds it: a 20% margin, assumed";
+  if (band && ev->band_high > f) f = ev->band_high, w = "the fidelity band's top";
+  if (mtc && ev->program_ratio > 0 && 1 / ev->program_ratio > f) f = 1 / ev->program_ratio, w = "1 / the measured ratio of mtc's program";
+  if (mtc && ev->program_ratio <= 0 && band) /* the band is of published (PyTorch) runs */
+    w = f > 1.2 ? "the fidelity band's top, of published runs: mtc's program was never measured here"
+                : "1.2: the fidelity band is of published runs, and mtc's program was never measured here";
+  if (why) *why = w;
   return f;
 }
 
@@ -138,14 +144,15 @@ const char *report_provenance(Mem *m, const Spec *s, bool brief) {
   const char *prog = !mtc ? ""
       : ev->program_ratio > 0 ? mem_printf(m, "mtc's program measured at %.2fx its prediction", ev->program_ratio)
                               : "mtc's program never measured on this GPU";
-  double f = report_time_factor(s);
+  const char *why;
+  double f = report_time_factor(s, &why);
   const char *run = mtc && ev->program_ratio > 0 && ev->program_source /* by its source's first words */
       ? mem_printf(m, " (%.*s)", (int)strcspn(ev->program_source, ",(:;"), ev->program_source) : "";
   if (brief)
-    return mem_printf(m, "rates%s%s: %d measured, %d fitted, %d assumed (cluster.evidence); %s%s%s%s; a step may take "
-                         "up to %.2fx the prediction", s->cluster.preset ? " of " : "",
+    return mem_printf(m, "rates%s%s: %d measured, %d fitted, %d assumed (cluster.evidence); %s%s%s%s; time limits allow "
+                         "%.2fx the prediction (%s)", s->cluster.preset ? " of " : "",
                       s->cluster.preset ? s->cluster.preset : "", count[0], count[1], count[2], band, mtc ? "; " : "", prog,
-                      run, f);
+                      run, f, why);
   const char *r = mem_printf(m, "\nwhere the predictions come from (cluster.evidence%s%s)\n",
                              s->cluster.preset ? " of preset " : "", s->cluster.preset ? s->cluster.preset : "");
   r = mem_printf(m, "%s  efficiencies measured or from a published microbenchmark (the preset cites each): %s\n", r,
@@ -157,8 +164,8 @@ const char *report_provenance(Mem *m, const Spec *s, bool brief) {
   if (mtc)
     r = mem_printf(m, "%s  cluster.stack mtc: %s%s%s%s\n", r, prog, ev->program_source ? " (" : "",
                    ev->program_source ? ev->program_source : "", ev->program_source ? ")" : "");
-  return mem_printf(m, "%s  so a step may take up to %.2fx the predicted one (the largest of 1.2, the band's top%s); "
-                       "launch.sbatch's time limit allows for it\n", r, f, mtc ? " and 1 / the program's ratio" : "");
+  return mem_printf(m, "%s  launch.sbatch's time limit allows %.2fx the predicted run (%s; the largest of 1.2, the "
+                       "band's top%s)\n", r, f, why, mtc ? " and 1 / the program's measured ratio" : "");
 }
 
 static const char *choice_text(Mem *m, const Choice *ch) {
@@ -762,7 +769,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     if (ev->band_source) json_object_set_new(pv, "band_source", json_string(ev->band_source));
     json_object_set_new(pv, "program_ratio", json_real(ev->program_ratio));
     if (ev->program_source) json_object_set_new(pv, "program_source", json_string(ev->program_source));
-    json_object_set_new(pv, "time_factor", json_real(report_time_factor(s)));
+    json_object_set_new(pv, "time_factor", json_real(report_time_factor(s, NULL)));
     json_object_set_new(pr, "provenance", pv);
     if (p->hint) json_object_set_new(pr, "hint", json_string(p->hint));
     json_object_set_new(root, "predicted", pr);
