@@ -76,6 +76,39 @@ static const Factor factors[] = {
 enum { F_OPTIMIZER = 7 };
 enum { NFACTORS = sizeof factors / sizeof factors[0] };
 
+/* The preset text o with the fitted factors (have[f]) added to cluster.evidence.measured, which
+ * reports print beside every prediction: the line rewritten with the base's words and these, or
+ * added under `evidence:`, or the section added at the end. In m. */
+static char *evidence_measured(Mem *m, char *o, const bool *have) {
+  char *ev = strncmp(o, "evidence:", 9) == 0 ? o : strstr(o, "\nevidence:");
+  if (ev && ev != o) ev++;
+  if (!ev) ev = o = mem_printf(m, "%sevidence:\n", o), ev = strstr(o, "\nevidence:\n") + 1;
+  char *body = strchr(ev, '\n') + 1, *end = body; /* the section: indented or comment lines */
+  while (*end && (*end == ' ' || *end == '#' || *end == '\n')) end = strchr(end, '\n') ? strchr(end, '\n') + 1 : end + strlen(end);
+  char *line = NULL;
+  for (char *l = body; l < end; l = strchr(l, '\n') + 1)
+    if (strncmp(l, "  measured:", 11) == 0) line = l;
+  const char *old = "";
+  if (line) {
+    size_t n = strcspn(line + 11, "#\n");
+    old = mem_printf(m, "%.*s", (int)n, line + 11);
+  }
+  char *words = mem_printf(m, "%s", old);
+  while (*words == ' ') words++;
+  size_t wl = strlen(words);
+  while (wl && words[wl - 1] == ' ') words[--wl] = 0;
+  for (int f = 0; f < NFACTORS; f++) {
+    if (!have[f] || strstr(mem_printf(m, " %s ", words), mem_printf(m, " %s ", factors[f].key))) continue;
+    words = mem_printf(m, "%s%s%s", words, words[0] ? " " : "", factors[f].key);
+  }
+  const char *mine = mem_printf(m, "  measured: %s   # with the factors fitted by mtc calibrate\n", words);
+  if (line) {
+    char *eol = strchr(line, '\n');
+    return mem_printf(m, "%.*s%s%s", (int)(line - o), o, mine, eol ? eol + 1 : "");
+  }
+  return mem_printf(m, "%.*s%s%s", (int)(body - o), o, mine, body);
+}
+
 /* The base preset's rates, bytes or FLOPs per second (links: per GPU and direction). */
 typedef struct {
   double peak, hbm, nvlink, internode;
@@ -392,6 +425,8 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
                preset, peak * raise / 1e9);
     goto done;
   }
+
+  o = evidence_measured(&m, o, have);
 
   OutFile of; /* PATH.tmp renamed over PATH: never through a link, a FIFO or a device */
   FILE *fp = out_open(&d, &of, out);

@@ -237,6 +237,23 @@ static bool check_cluster(Diag *d, Spec *s) {
   if (tr->warmup_steps >= tr->steps)
     FAIL("training.warmup_steps", "warmup_steps %lld leaves none of the %lld steps to decay; "
          "expected fewer warmup steps than steps", (long long)tr->warmup_steps, (long long)tr->steps);
+  const EvidenceSpec *ev = &s->cluster.evidence;
+  const char *lists[2] = {ev->measured, ev->fitted}, *names[2] = {"measured", "fitted"};
+  for (int k = 0; k < 2; k++) /* each word of the lists a cluster.efficiency key */
+    for (const char *w = lists[k] ? lists[k] : ""; *w;) {
+      size_t n = strcspn(w, " ,");
+      bool known = n == 0;
+      for (int i = 0; spec_efficiency_key(i) && !known; i++)
+        known = strlen(spec_efficiency_key(i)) == n && strncmp(spec_efficiency_key(i), w, n) == 0;
+      if (!known)
+        FAIL(mem_printf(d->mem, "cluster.evidence.%s", names[k]), "'%.*s' in cluster.evidence.%s is not a "
+             "cluster.efficiency key; expected the names of efficiency keys, separated by spaces (see `mtc keys`)",
+             (int)n, w, names[k]);
+      w += n + strspn(w + n, " ,");
+    }
+  if (ev->band_low > ev->band_high || (ev->band_rows > 0) != (ev->band_high > 0))
+    FAIL("cluster.evidence", "cluster.evidence's band is %g..%g over %lld rows; expected band_low <= band_high, both "
+         "given with band_rows > 0, or none of them", ev->band_low, ev->band_high, (long long)ev->band_rows);
   return true;
 }
 

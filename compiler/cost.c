@@ -607,5 +607,6 @@ static void step(const Model *md, Candidate *c, json_t *events, CostMemo *memo) 
   double best = parts[0].v;
   for (int i = 1; i < (int)(sizeof parts / sizeof parts[0]); i++)
     if (parts[i].v > best) best = parts[i].v, k->bottleneck = parts[i].name;
+  k->bottleneck_seconds = best;
   if (memo == &local) cost_memo_free(&local);
 }

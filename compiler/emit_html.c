@@ -31,6 +31,12 @@ void emit_html_headline(FILE *f, const Plan *p) {
           plan_ac_words(c->ch.ac), c->ch.offload == OFF_HOST ? ", boundaries on host" :
                                   c->ch.offload == OFF_NVME ? ", boundaries on NVMe" : "",
           c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu, c->cost.bottleneck);
+  Mem pm = {0}; /* where the prediction comes from (report_provenance) */
+  const char *prov = report_provenance(&pm, p->md->spec, true);
+  fputs("<p class=\"prov\">Where this prediction comes from: ", f);
+  emit_escape(f, prov, strlen(prov));
+  fputs(" (the plan text below has the whole account).</p>\n", f);
+  mem_free(&pm);
   fputs("<table id=\"times\"><tr><th>component</th><th>seconds per step</th></tr>\n", f);
   const Cost *k = &c->cost;
   const char *names[] = {"compute", "exposed FSDP communication", "MoE all-to-all", "context-parallel K/V exchange",

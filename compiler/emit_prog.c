@@ -79,11 +79,12 @@ static void cmakelists(FILE *f, const Spec *s, const char *origin) {
 enum { CUDA_HIDDEN_MULTIPLE = 8 };
 enum { MAX_JOB_MINUTES = 24 * 60 }; /* the longest --time launch.sbatch asks for: the usual partition maximum */
 
-/* The job's time: the predicted run + 20% + 10 minutes for start-up, in minutes (need), and
- * what launch.sbatch asks for: need, capped at MAX_JOB_MINUTES. */
+/* The job's time: the predicted run x report_time_factor (how much slower than predicted runs
+ * on this cluster have been, by cluster.evidence; at least 1.2) + 10 minutes for start-up, in
+ * minutes (need), and what launch.sbatch asks for: need, capped at MAX_JOB_MINUTES. */
 static int job_minutes(const Plan *p, double *need) {
   double secs = p->feasible ? p->best.cost.step * (double)p->md->spec->training.steps : 0;
-  *need = ceil((secs * 1.2 + 600) / 60);
+  *need = ceil((secs * report_time_factor(p->md->spec, NULL) + 600) / 60);
   return *need > MAX_JOB_MINUTES ? MAX_JOB_MINUTES : (int)*need;
 }
 
@@ -103,9 +104,10 @@ const char *emit_program_note(Mem *m, const Plan *p) {
                  CUDA_HIDDEN_MULTIPLE);
   if (limit >= need) return hidden[0] ? hidden : NULL;
   return mem_printf(m, "%snote: launch.sbatch asks for --time=%02d:00:00, the usual maximum of a partition, but the run "
-                    "needs about %lld:%02lld:00 (with a 20%% margin): it takes %lld jobs; each saves a checkpoint before "
-                    "its limit, and sbatch-ing the script again resumes from it\n",
-                    hidden, limit / 60, (long long)need / 60, (long long)need % 60, (long long)ceil(need / limit));
+                    "needs about %lld:%02lld:00 (%.2fx the prediction, cluster.evidence): it takes %lld jobs; each saves a "
+                    "checkpoint before its limit, and sbatch-ing the script again resumes from it\n",
+                    hidden, limit / 60, (long long)need / 60, (long long)need % 60, report_time_factor(p->md->spec, NULL),
+                    (long long)ceil(need / limit));
 }
 
 /* Slurm: one task per GPU, the train command with checkpoints (every hour or so, the newest
@@ -125,6 +127,17 @@ static void sbatch(FILE *f, const Plan *p, const char *origin) {
   fprintf(f, "# %lld ranks on %lld nodes x %lld %s; predicted %.3g s per step x %lld steps.\n",
           (long long)p->world, (long long)cl->nodes, (long long)cl->gpus_per_node, gpus ? "GPUs" : "ranks",
           step, (long long)s->training.steps);
+  Mem m = {0};
+  char *prov = mem_printf(&m, "%s", report_provenance(&m, s, true));
+  for (char *c = strchr(prov, ';'); c; c = strchr(c + 1, ';')) /* one clause a comment line */
+    if (c[1] == ' ') c[1] = '\n';
+  fprintf(f, "# Where the prediction comes from (plan.txt has the whole account):\n#   ");
+  for (const char *c = prov; *c; c++)
+    if (*c == '\n') fputs("\n#   ", f);
+    else fputc(*c, f);
+  fprintf(f, "\n# --time: the predicted run x %.2f (the most that account allows) + 10 minutes to start.\n",
+          report_time_factor(s, NULL));
+  mem_free(&m);
   fprintf(f, "#   DATA=/path/to/tokens.bin sbatch launch.sbatch   (after `mtc build .%s`)\n",
           gpus ? " --backend cuda" : "");
   fprintf(f, "# Checkpoints: in $CHECKPOINT_DIR (default checkpoints/) every %lld steps%s, the newest\n"
@@ -133,7 +146,7 @@ static void sbatch(FILE *f, const Plan *p, const char *origin) {
           every, every < (long long)s->training.steps ? " (about an hour)" : "", lead);
   if (limit < need)
     fprintf(f, "# --time is capped at %02d:00:00, the usual maximum of a partition; the run needs about\n"
-               "# %lld:%02lld:00 (with a 20%% margin), so it takes %lld jobs, each resuming the last.\n",
+               "# %lld:%02lld:00 (as above), so it takes %lld jobs, each resuming the last.\n",
             limit / 60, (long long)need / 60, (long long)need % 60, (long long)ceil(need / limit));
   fprintf(f, "#SBATCH --job-name=%s\n#SBATCH --nodes=%lld\n#SBATCH --ntasks-per-node=%lld\n", s->name,
           (long long)cl->nodes, (long long)cl->gpus_per_node);

@@ -362,6 +362,22 @@ typedef struct {
   double internode; /* per GPU between nodes, bytes/s per direction */
 } LinksSpec;
 
+/* Where the cost model's rates for this cluster come from (cluster.evidence, data in the presets):
+ * reports print it beside every prediction, and launch.sbatch's time limit follows from it. */
+typedef struct {
+  bool present;
+  const char *measured;       /* efficiency keys measured or taken from a published microbenchmark,
+                                 space-separated (NULL: none); the rest are assumptions */
+  const char *fitted;         /* efficiency keys fitted to whole published runs (NULL: none) */
+  double band_low, band_high; /* predicted / published tokens/s over the fidelity rows of
+                                 tests/specs/fidelity on this GPU (0: no rows) */
+  int64_t band_rows;          /* how many rows */
+  const char *band_source;    /* which rows (NULL: none) */
+  double program_ratio;       /* measured / predicted tokens/s of mtc's generated program (0: never
+                                 measured) */
+  const char *program_source; /* the run and the GPU it ran on (NULL: none) */
+} EvidenceSpec;
+
 typedef struct {
   bool present;
   const char *preset;
@@ -373,6 +389,7 @@ typedef struct {
   LinksSpec links;
   EfficiencySpec efficiency;
   ReserveSpec reserve;
+  EvidenceSpec evidence;
 } ClusterSpec;
 
 typedef struct {
@@ -434,6 +451,8 @@ const char *spec_attn_name(AttnKind k);
 const char *spec_act_name(Activation a);
 const char *spec_router_name(RouterKind r);
 const char *spec_norm_name(NormKind n);
+/* The i-th key of cluster.efficiency (from 0), NULL past the last. */
+const char *spec_efficiency_key(int i);
 /* cluster.stack's name: "mtc", "pytorch-eager", "pytorch-compile". */
 const char *spec_stack_name(Stack st);
 
@@ -662,6 +681,7 @@ typedef struct {
   double tokens_per_s_per_gpu, mfu;
   double comm_total;        /* all FSDP collective time, hidden or not */
   const char *bottleneck;   /* the largest component */
+  double bottleneck_seconds; /* and its seconds */
 } Cost;
 
 /* A candidate plan: choice, memory items packed per tier, and (if it fits) its cost. */
@@ -1294,6 +1314,21 @@ void *report_json(const Model *md);
 /* The plan's sections of `mtc plan` text; timing adds the search's wall time (not written
  * to files, which must be deterministic). */
 void report_plan_text(FILE *out, const Plan *p, bool timing);
+/* The widest line of report text (plan.txt, mtc plan/explain/sweep): longer lines are wrapped. */
+enum { REPORT_WIDTH = 120 };
+/* Writes text (lines ending in '\n') to out with every line over REPORT_WIDTH broken at spaces,
+ * continuation lines indented under the line's label or text. */
+void report_wrap(FILE *out, const char *text);
+/* "hbm over by 3.2 GiB (92.6 of 89.4 GiB), host over by ..." for a candidate that does not fit:
+ * every tier its packed peak overflows, in m. */
+const char *report_overs(Mem *m, const Candidate *c);
+/* Where the predictions of spec s come from (cluster.evidence): brief, one line ("rates: 5 measured,
+ * 1 fitted, 11 assumed; ..."), else the lines of plan.txt's section. In m. */
+const char *report_provenance(Mem *m, const Spec *s, bool brief);
+/* How many times its predicted time launch.sbatch allows a run of spec s, by cluster.evidence: the
+ * largest of 1.2, band_high and, for cluster.stack mtc, 1 / program_ratio; *why (unless why is
+ * NULL) says which, in words. */
+double report_time_factor(const Spec *s, const char **why);
 /* One line: the chosen layout, HBM peak and predicted step (mtc compile prints it). */
 void report_summary(FILE *out, const Plan *p);
 /* `mtc explain`: the chosen plan in one line, then the alternatives with why each lost. */

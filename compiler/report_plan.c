@@ -2,6 +2,7 @@
  * memory, predicted, search, feasible). */
 #include <jansson.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mtc.h"
@@ -25,6 +26,148 @@ static const char *lifetime(Mem *m, int L, const MemItem *x, bool per_layer) {
   return mem_printf(m, "%s..%s", phase_name(m, L, x->start), phase_name(m, L, x->end - 1));
 }
 
+/* One line of report text (s, n bytes, no newline) to out, broken at spaces into lines of at most
+ * REPORT_WIDTH characters: continuation lines start under a leading label's text ("placement  EP
+ * rank...": column 11), under a bullet's text ("- "), under the line's own indentation when it is 6
+ * or more, else 4 past it. A word longer than a line stays whole. */
+static void wrap_line(FILE *out, const char *s, size_t n) {
+  size_t lead = 0;
+  while (lead < n && s[lead] == ' ') lead++;
+  size_t ind = lead + 1 < n && s[lead] == '-' && s[lead + 1] == ' ' ? lead + 2 : lead >= 6 ? lead : lead + 4;
+  if (lead == 0) { /* a label: its word, then two or more spaces, then the text */
+    size_t w = 0, t;
+    while (w < n && s[w] != ' ') w++;
+    for (t = w; t < n && s[t] == ' ';) t++;
+    if (t - w >= 2 && t <= 16) ind = t;
+  }
+  size_t pos = 0, width = REPORT_WIDTH;
+  while (n - pos > width) {
+    size_t brk = pos + width; /* < n */
+    while (brk > pos && s[brk] != ' ') brk--;
+    if (brk <= pos + (pos ? 0 : lead)) { /* one word fills the line: break after it */
+      brk = pos + width;
+      while (brk < n && s[brk] != ' ') brk++;
+      if (brk >= n) break;
+    }
+    size_t e = brk;
+    while (e > pos && s[e - 1] == ' ') e--;
+    fwrite(s + pos, 1, e - pos, out);
+    for (pos = brk; pos < n && s[pos] == ' ';) pos++;
+    fprintf(out, "\n%*s", (int)ind, "");
+    width = REPORT_WIDTH - ind;
+  }
+  fwrite(s + pos, 1, n - pos, out);
+  fputc('\n', out);
+}
+
+void report_wrap(FILE *out, const char *text) {
+  for (const char *s = text; *s;) {
+    const char *nl = strchr(s, '\n');
+    size_t n = nl ? (size_t)(nl - s) : strlen(s);
+    if (!nl && !n) break;
+    wrap_line(out, s, n);
+    s += n + (nl ? 1 : 0);
+  }
+}
+
+/* Calls body(f, p) on a buffer and writes what it printed to out through report_wrap (or straight
+ * to out when no buffer can be had). */
+static void wrapped(FILE *out, const Plan *p, bool timing, void (*body)(FILE *, const Plan *, bool)) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) {
+    body(out, p, timing);
+    return;
+  }
+  body(f, p, timing);
+  fclose(f);
+  report_wrap(out, text);
+  free(text);
+}
+
+const char *report_overs(Mem *m, const Candidate *c) {
+  const char *r = "";
+  char a[32], b[32], d[32];
+  for (int t = 0; t < TIER__COUNT; t++) {
+    if (c->arena[t] <= c->capacity[t]) continue;
+    units_fmt_bytes_bin(a, sizeof a, (double)(c->arena[t] - c->capacity[t]));
+    units_fmt_bytes_bin(b, sizeof b, (double)c->arena[t]);
+    units_fmt_bytes_bin(d, sizeof d, (double)c->capacity[t]);
+    r = mem_printf(m, "%s%s%s over by %s (%s of %s)", r, r[0] ? ", " : "", plan_tier_name((Tier)t), a, b, d);
+  }
+  if (r[0]) return r;
+  units_fmt_bytes_bin(a, sizeof a, (double)c->over_bytes); /* (a misfit the search did not pack) */
+  return mem_printf(m, "%s over by %s", plan_tier_name(c->over_tier), a);
+}
+
+/* Whether the space-separated list names key. */
+static bool listed(const char *list, const char *key) {
+  size_t k = strlen(key);
+  for (const char *w = list ? list : ""; *w;) {
+    size_t n = strcspn(w, " ,");
+    if (n == k && strncmp(w, key, n) == 0) return true;
+    w += n + strspn(w + n, " ,");
+  }
+  return false;
+}
+
+double report_time_factor(const Spec *s, const char **why) {
+  const EvidenceSpec *ev = &s->cluster.evidence;
+  bool mtc = s->cluster.stack == STACK_MTC, band = ev->band_rows > 0;
+  double f = 1.2;
+  const char *w = band || (mtc && ev->program_ratio > 0) ? "1.2, the least margin" : "no evidence bounds it: a 20% margin, assumed";
+  if (band && ev->band_high > f) f = ev->band_high, w = "the fidelity band's top";
+  if (mtc && ev->program_ratio > 0 && 1 / ev->program_ratio > f) f = 1 / ev->program_ratio, w = "1 / the measured ratio of mtc's program";
+  if (mtc && ev->program_ratio <= 0 && band) /* the band is of published (PyTorch) runs */
+    w = f > 1.2 ? "the fidelity band's top, of published runs: mtc's program was never measured here"
+                : "1.2: the fidelity band is of published runs, and mtc's program was never measured here";
+  if (why) *why = w;
+  return f;
+}
+
+const char *report_provenance(Mem *m, const Spec *s, bool brief) {
+  const EvidenceSpec *ev = &s->cluster.evidence;
+  const char *kinds[3] = {"", "", ""}; /* measured, fitted, assumed */
+  int count[3] = {0, 0, 0};
+  for (int i = 0; spec_efficiency_key(i); i++) {
+    const char *k = spec_efficiency_key(i);
+    int c = listed(ev->measured, k) ? 0 : listed(ev->fitted, k) ? 1 : 2;
+    kinds[c] = mem_printf(m, "%s%s%s", kinds[c], count[c] ? ", " : "", k);
+    count[c]++;
+  }
+  const char *band = ev->band_rows > 0
+      ? mem_printf(m, "predicted / published tokens/s %.2f..%.2f over %lld fidelity rows", ev->band_low, ev->band_high,
+                   (long long)ev->band_rows)
+      : "no fidelity row on this GPU";
+  bool mtc = s->cluster.stack == STACK_MTC;
+  const char *prog = !mtc ? ""
+      : ev->program_ratio > 0 ? mem_printf(m, "mtc's program measured at %.2fx its prediction", ev->program_ratio)
+                              : "mtc's program never measured on this GPU";
+  const char *why;
+  double f = report_time_factor(s, &why);
+  const char *run = mtc && ev->program_ratio > 0 && ev->program_source /* by its source's first words */
+      ? mem_printf(m, " (%.*s)", (int)strcspn(ev->program_source, ",(:;"), ev->program_source) : "";
+  if (brief)
+    return mem_printf(m, "rates%s%s: %d measured, %d fitted, %d assumed (cluster.evidence); %s%s%s%s; time limits allow "
+                         "%.2fx the prediction (%s)", s->cluster.preset ? " of " : "",
+                      s->cluster.preset ? s->cluster.preset : "", count[0], count[1], count[2], band, mtc ? "; " : "", prog,
+                      run, f, why);
+  const char *r = mem_printf(m, "\nwhere the predictions come from (cluster.evidence%s%s)\n",
+                             s->cluster.preset ? " of preset " : "", s->cluster.preset ? s->cluster.preset : "");
+  r = mem_printf(m, "%s  efficiencies measured or from a published microbenchmark (the preset cites each): %s\n", r,
+                 count[0] ? kinds[0] : "none");
+  if (count[1]) r = mem_printf(m, "%s  fitted to whole published runs: %s\n", r, kinds[1]);
+  r = mem_printf(m, "%s  assumed: %s\n", r, count[2] ? kinds[2] : "none");
+  r = mem_printf(m, "%s  fidelity: %s%s%s%s\n", r, band, ev->band_source ? " (" : "", ev->band_source ? ev->band_source : "",
+                 ev->band_source ? ")" : "");
+  if (mtc)
+    r = mem_printf(m, "%s  cluster.stack mtc: %s%s%s%s\n", r, prog, ev->program_source ? " (" : "",
+                   ev->program_source ? ev->program_source : "", ev->program_source ? ")" : "");
+  return mem_printf(m, "%s  launch.sbatch's time limit allows %.2fx the predicted run (%s; the largest of 1.2, the "
+                       "band's top%s)\n", r, f, why, mtc ? " and 1 / the program's measured ratio" : "");
+}
+
 static const char *choice_text(Mem *m, const Choice *ch) {
   return mem_printf(m, "fsdp %lld x dp %lld, ep %lld%s%s, micro_batch %lld, %s checkpointing%s, optimizer state in %s%s, "
                     "%s",
@@ -44,6 +187,13 @@ static const char *choice_text(Mem *m, const Choice *ch) {
                                      ch->prefetch));
 }
 
+/* The length of s without its trailing spaces, for "%.*s". */
+static int trimmed(const char *s) {
+  size_t n = strlen(s);
+  while (n && s[n - 1] == ' ') n--;
+  return (int)n;
+}
+
 /* Rows of identical items ("activations.boundary[0]", "[1]"...) fold into one. */
 static void print_items(FILE *out, Mem *m, const Candidate *c, Tier t, int L) {
   char b[32], cap[32];
@@ -60,8 +210,14 @@ static void print_items(FILE *out, Mem *m, const Candidate *c, Tier t, int L) {
       const char *name = j - i > 1 ? mem_printf(m, "%.*s[%d]", (int)stem, x->name, j - i) : x->name;
       snprintf(cap, sizeof cap, "%5.1f%%", 100.0 * (double)x->bytes * (j - i) / (double)c->capacity[t]);
       const char *life = lifetime(m, L, x, x->stacked);
-      fprintf(out, "  %-34s %4s%10s %s  %-22s %s\n", name, j - i > 1 ? mem_printf(m, "%dx", j - i) : "",
-              b, cap, life, x->formula);
+      const char *row = mem_printf(m, "  %-34s %4s%10s %s  %-22s", name, j - i > 1 ? mem_printf(m, "%dx", j - i) : "",
+                                   b, cap, life);
+      size_t fl = strlen(x->formula);
+      if (strlen(row) + 1 + fl <= REPORT_WIDTH) fprintf(out, "%s %s\n", row, x->formula);
+      else if (fl <= 3 * (REPORT_WIDTH - 6)) fprintf(out, "%.*s\n      %s\n", trimmed(row), row, x->formula);
+      else /* (a formula of many terms: plan.json has it whole) */
+        fprintf(out, "%.*s\n      formula: plan.json memory.%s.items, \"formula\" of \"%s\" (%zu characters)\n",
+                trimmed(row), row, plan_tier_name(t), x->name, fl);
     }
     i = j;
   }
@@ -189,6 +345,9 @@ static void print_schedule(FILE *out, const Plan *p) {
     fprintf(out, "  %-12s %9.1f %9.1f %9.1f %9.1f | %9.1f %9.1f\n", name, 1e3 * t.fwd, 1e3 * t.bwd,
             1e3 * t.recompute, 1e3 * (t.a2a_fwd + t.a2a_bwd), 1e3 * 2 * t.ag, 1e3 * t.rs);
   }
+  fprintf(out, "  (forward, backward, recompute: one pass each; all2all: the forward's and the backward's dispatch + "
+               "combine, summed; gather: the forward's all-gather + the backward's re-gather, summed (2 x one "
+               "layer's); reduce: the backward's reduce-scatter of the layer's gradient)\n");
   if (plan_cp(ch) > 1) {
     LayerTime t;
     cost_layer(md, ch, 0, &t);
@@ -220,7 +379,7 @@ static bool cpu_ranks(const Plan *p) {
   return n && strncmp(n, "cpu", 3) == 0;
 }
 
-void report_plan_text(FILE *out, const Plan *p, bool timing) {
+static void plan_text(FILE *out, const Plan *p, bool timing) {
   Mem m = {0};
   const Model *md = p->md;
   const Spec *s = md->spec;
@@ -282,7 +441,8 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
     print_schedule(out, p);
     if (s->cluster.stack == STACK_MTC) fprintf(out, "\npredicted step (seconds)\n");
     else fprintf(out, "\npredicted step (seconds; %s kernels, cluster.stack)\n", spec_stack_name(s->cluster.stack));
-    fprintf(out, "  compute                    %9.3f  (recompute %.3f)\n", k->compute, k->recompute);
+    fprintf(out, "  compute                    %9.3f  (forward, backward and recompute of every layer and micro-batch; "
+                 "recompute %.3f of it)\n", k->compute, k->recompute);
     fprintf(out, "  exposed FSDP communication %9.3f  (of %.3f all-gather + reduce-scatter)\n",
             k->exposed_comm, k->comm_total);
     fprintf(out, "  MoE all-to-all             %9.3f\n", k->a2a);
@@ -292,22 +452,22 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "  host gradient accumulation %9.3f\n", k->host_grad);
     fprintf(out, "  optimizer step             %9.3f\n", k->optimizer);
     fprintf(out, "  data-parallel all-reduce   %9.3f\n", k->dp_allreduce);
-    fprintf(out, "  step                       %9.3f  -> %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n",
-            k->step, k->tokens_per_s_per_gpu, 100 * k->mfu, k->bottleneck);
+    fprintf(out, "  step                       %9.3f  (the sum of the terms above) -> %.0f tokens/s per GPU, MFU %.1f%%\n",
+            k->step, k->tokens_per_s_per_gpu, 100 * k->mfu);
+    fprintf(out, "  bottleneck: %s, the largest term (%.3f s of %.3f)\n", k->bottleneck, k->bottleneck_seconds, k->step);
+    fputs(report_provenance(&m, s, false), out);
     if (p->hint) fprintf(out, "hint: %s\n", p->hint);
   } else {
-    units_fmt_bytes_bin(a, sizeof a, (double)c->over_bytes);
-    fprintf(out, "\nclosest candidate: %s over by %s\n", plan_tier_name(c->over_tier), a);
+    fprintf(out, "\nclosest candidate: %s\n", report_overs(&m, c));
     fprintf(out, "advice: %s\n", p->advice);
   }
   fprintf(out, "\nalternatives\n");
   for (int i = 0; i < p->nalts; i++) {
     const Candidate *x = &p->alts[i];
     if (x->fits)
-      fprintf(out, "  %-100s step %.3f s, MFU %.1f%%\n", choice_text(&m, &x->ch), x->cost.step, 100 * x->cost.mfu);
+      fprintf(out, "  step %.3f s, MFU %.1f%%: %s\n", x->cost.step, 100 * x->cost.mfu, choice_text(&m, &x->ch));
     else
-      units_fmt_bytes_bin(a, sizeof a, (double)x->over_bytes),
-      fprintf(out, "  %-100s rejected: %s over by %s\n", choice_text(&m, &x->ch), plan_tier_name(x->over_tier), a);
+      fprintf(out, "  rejected, %s: %s\n", report_overs(&m, x), choice_text(&m, &x->ch));
   }
   fprintf(out, "\nsearch     %d candidates", p->ncandidates);
   if (timing) fprintf(out, " (%d packed) in %.1f ms", p->npacked, 1e3 * p->search_seconds);
@@ -315,7 +475,10 @@ void report_plan_text(FILE *out, const Plan *p, bool timing) {
   mem_free(&m);
 }
 
-void report_summary(FILE *out, const Plan *p) {
+void report_plan_text(FILE *out, const Plan *p, bool timing) { wrapped(out, p, timing, plan_text); }
+
+static void summary(FILE *out, const Plan *p, bool timing) {
+  (void)timing;
   Mem m = {0};
   const Candidate *c = &p->best;
   char a[32], b[32];
@@ -327,10 +490,13 @@ void report_summary(FILE *out, const Plan *p) {
             choice_text(&m, &c->ch), cpu ? "memory per rank" : "HBM", a, b, c->cost.step,
             c->cost.tokens_per_s_per_gpu, cpu ? "rank" : "GPU", 100 * c->cost.mfu,
             cpu ? " of the preset's assumed rate per rank" : "");
+  if (p->feasible) fprintf(out, "  (%s)\n", report_provenance(&m, p->md->spec, true));
   else if (p->ncandidates)
-    fprintf(out, "plan: nothing fits; advice: %s\n", p->advice);
+    fprintf(out, "plan: nothing fits; closest: %s; advice: %s\n", report_overs(&m, c), p->advice);
   mem_free(&m);
 }
+
+void report_summary(FILE *out, const Plan *p) { summary(out, p, false); }
 
 /* The fastest plan with its EP group inside a node against the fastest with EP groups across
  * nodes, component by component, and the components that decided it. */
@@ -397,7 +563,6 @@ static void explain_ep(FILE *out, Mem *m, const Plan *p) {
 static void explain_cp(FILE *out, Mem *m, const Plan *p) {
   if (p->nby_cp < 2) return;
   const Choice *won = &p->best.ch;
-  char h[32];
   fprintf(out, "\ncontext parallelism: the best plan of each cp tried\n");
   fprintf(out, "  %4s %9s %9s %9s %9s %9s %9s  %s\n", "cp", "step s", "compute", "FSDP exp", "K/V exp", "all2all",
           "HBM GiB", "layout");
@@ -409,9 +574,7 @@ static void explain_cp(FILE *out, Mem *m, const Plan *p) {
               x->cost.compute, x->cost.exposed_comm, x->cost.cp_exchange, x->cost.a2a,
               (double)x->arena[TIER_HBM] / 1073741824.0, choice_text(m, &x->ch), chosen ? " (chosen)" : "");
     else
-      units_fmt_bytes_bin(h, sizeof h, (double)x->over_bytes),
-      fprintf(out, "  %4lld  rejected: %s over by %s  %s\n", (long long)plan_cp(&x->ch), plan_tier_name(x->over_tier), h,
-              choice_text(m, &x->ch));
+      fprintf(out, "  %4lld  rejected: %s  %s\n", (long long)plan_cp(&x->ch), report_overs(m, x), choice_text(m, &x->ch));
   }
   if (!p->feasible) return;
   const Candidate *runner = NULL; /* the fastest fitting plan of another cp */
@@ -444,7 +607,8 @@ static void explain_cp(FILE *out, Mem *m, const Plan *p) {
           (long long)plan_cp(&runner->ch), (long long)won->accum, (long long)runner->ch.accum);
 }
 
-void report_explain(FILE *out, const Plan *p) {
+static void explain(FILE *out, const Plan *p, bool timing) {
+  (void)timing;
   Mem m = {0};
   const Candidate *c = &p->best;
   if (!p->ncandidates) {
@@ -452,32 +616,42 @@ void report_explain(FILE *out, const Plan *p) {
     mem_free(&m);
     return;
   }
-  char a[32];
   if (p->feasible)
-    fprintf(out, "chosen     %s\n           step %.3f s, %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n",
+    fprintf(out, "chosen     %s\n           step %.3f s, %.0f tokens/s per GPU, MFU %.1f%%; bottleneck: %s\n"
+                 "           (%s)\n",
             choice_text(&m, &c->ch), c->cost.step, c->cost.tokens_per_s_per_gpu, 100 * c->cost.mfu,
-            c->cost.bottleneck);
+            c->cost.bottleneck, report_provenance(&m, p->md->spec, true));
   else
-    units_fmt_bytes_bin(a, sizeof a, (double)c->over_bytes),
-    fprintf(out, "nothing fits; closest: %s, %s over by %s\nadvice: %s\n", choice_text(&m, &c->ch),
-            plan_tier_name(c->over_tier), a, p->advice);
+    fprintf(out, "nothing fits; closest: %s, %s\nadvice: %s\n", choice_text(&m, &c->ch), report_overs(&m, c),
+            p->advice);
   explain_ep(out, &m, p);
   explain_cp(out, &m, p);
   fprintf(out, "\nalternatives (fitting ones by step time, then rejected ones by overage)\n");
-  for (int i = 0; i < p->nalts; i++) {
+  for (int i = 0; i < p->nalts;) {
     const Candidate *x = &p->alts[i];
     if (x->fits) {
       fprintf(out, "  %2d. %s\n      step %.3f s (%+.1f%%), MFU %.1f%%\n", i + 1, choice_text(&m, &x->ch),
               x->cost.step, p->feasible ? 100 * (x->cost.step / c->cost.step - 1) : 0, 100 * x->cost.mfu);
-    } else {
-      units_fmt_bytes_bin(a, sizeof a, (double)x->over_bytes);
-      fprintf(out, "  %2d. %s\n      rejected: %s over by %s\n", i + 1, choice_text(&m, &x->ch),
-              plan_tier_name(x->over_tier), a);
+      i++;
+      continue;
     }
+    /* rejected ones with the same overage: one line for the reason, then their layouts */
+    const char *why = report_overs(&m, x);
+    int j = i + 1;
+    while (j < p->nalts && !p->alts[j].fits && strcmp(report_overs(&m, &p->alts[j]), why) == 0) j++;
+    if (j - i == 1)
+      fprintf(out, "  %2d. %s\n      rejected: %s\n", i + 1, choice_text(&m, &x->ch), why);
+    else {
+      fprintf(out, "  %2d.-%d. %d layouts rejected: %s\n", i + 1, j, j - i, why);
+      for (int k = i; k < j; k++) fprintf(out, "      - %s\n", choice_text(&m, &p->alts[k].ch));
+    }
+    i = j;
   }
   fprintf(out, "\n%d candidates evaluated\n", p->ncandidates);
   mem_free(&m);
 }
+
+void report_explain(FILE *out, const Plan *p) { explain(out, p, false); } /* (one line per item, for grep) */
 
 static json_t *jint(int64_t v) { return json_integer((json_int_t)v); }
 
@@ -551,6 +725,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
       json_object_set_new(o, "offset", jint(x->offset));
       json_object_set_new(o, "start_phase", json_integer(x->start));
       json_object_set_new(o, "end_phase", json_integer(x->end));
+      json_object_set_new(o, "formula", json_string(x->formula));
       json_array_append_new(items, o);
     }
     json_object_set_new(tier, "items", items);
@@ -579,6 +754,23 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_object_set_new(br, "optimizer", json_real(k->optimizer));
     json_object_set_new(br, "dp_all_reduce", json_real(k->dp_allreduce));
     json_object_set_new(pr, "breakdown", br);
+    const EvidenceSpec *ev = &s->cluster.evidence; /* where the rates come from (cluster.evidence) */
+    json_t *pv = json_object(), *kind[3] = {json_array(), json_array(), json_array()};
+    for (int i = 0; spec_efficiency_key(i); i++) {
+      const char *key = spec_efficiency_key(i);
+      json_array_append_new(kind[listed(ev->measured, key) ? 0 : listed(ev->fitted, key) ? 1 : 2], json_string(key));
+    }
+    json_object_set_new(pv, "measured", kind[0]);
+    json_object_set_new(pv, "fitted", kind[1]);
+    json_object_set_new(pv, "assumed", kind[2]);
+    json_object_set_new(pv, "band_low", json_real(ev->band_low));
+    json_object_set_new(pv, "band_high", json_real(ev->band_high));
+    json_object_set_new(pv, "band_rows", jint(ev->band_rows));
+    if (ev->band_source) json_object_set_new(pv, "band_source", json_string(ev->band_source));
+    json_object_set_new(pv, "program_ratio", json_real(ev->program_ratio));
+    if (ev->program_source) json_object_set_new(pv, "program_source", json_string(ev->program_source));
+    json_object_set_new(pv, "time_factor", json_real(report_time_factor(s, NULL)));
+    json_object_set_new(pr, "provenance", pv);
     if (p->hint) json_object_set_new(pr, "hint", json_string(p->hint));
     json_object_set_new(root, "predicted", pr);
   } else {
@@ -586,6 +778,12 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     if (p->ncandidates) {
       json_object_set_new(why, "closest_tier", json_string(plan_tier_name(c->over_tier)));
       json_object_set_new(why, "closest_over_bytes", jint(c->over_bytes));
+      json_t *over = json_array(); /* every tier the closest candidate overflows */
+      for (int t = 0; t < TIER__COUNT; t++)
+        if (c->arena[t] > c->capacity[t])
+          json_array_append_new(over, json_pack("{s:s, s:I, s:I}", "tier", plan_tier_name((Tier)t), "peak",
+                                                (json_int_t)c->arena[t], "capacity", (json_int_t)c->capacity[t]));
+      json_object_set_new(why, "over", over);
     }
     json_object_set_new(why, "advice", json_string(p->advice ? p->advice : ""));
     json_object_set_new(root, "infeasible", why);

@@ -188,6 +188,17 @@ static const Field reserve_fields[] = {
     {"host", F_SIZE, O(ReserveSpec, host), "4 GiB", 0, 0, NULL, NULL, "host memory per GPU kept for the OS, the process and pinned staging (assumption)"},
     END};
 
+static const Field evidence_fields[] = {
+    {"measured", F_STR, O(EvidenceSpec, measured), "(none)", 0, 0, NULL, NULL, "the efficiency keys whose values come from a measurement or a published microbenchmark (space-separated; the preset cites each); the others are assumptions"},
+    {"fitted", F_STR, O(EvidenceSpec, fitted), "(none)", 0, 0, NULL, NULL, "the efficiency keys fitted to whole published runs (the fidelity rows), space-separated"},
+    {"band_low", F_REAL, O(EvidenceSpec, band_low), "0", 0, 0, NULL, NULL, "the lowest predicted / published tokens/s of the fidelity rows (tests/specs/fidelity) on this GPU (0: no rows)", FROM_0},
+    {"band_high", F_REAL, O(EvidenceSpec, band_high), "0", 0, 0, NULL, NULL, "the highest; launch.sbatch's time limit allows the run band_high x its predicted time", FROM_0},
+    {"band_rows", F_INT, O(EvidenceSpec, band_rows), "0", 0, 100000, NULL, NULL, "fidelity rows the band spans"},
+    {"band_source", F_STR, O(EvidenceSpec, band_source), "(none)", 0, 0, NULL, NULL, "which rows, in words"},
+    {"program_ratio", F_REAL, O(EvidenceSpec, program_ratio), "0", 0, 0, NULL, NULL, "measured / predicted tokens/s of mtc's generated program (cluster.stack mtc; 0: never measured): launch.sbatch's time limit allows the run 1 / program_ratio x its predicted time", FROM_0},
+    {"program_source", F_STR, O(EvidenceSpec, program_source), "(none)", 0, 0, NULL, NULL, "the measured run: model, GPU, commit"},
+    END};
+
 static const Field nvme_fields[] = {
     {"capacity", F_SIZE, O(NvmeSpec, capacity), NULL, 0, 0, NULL, NULL, "NVMe capacity per GPU"},
     {"bandwidth", F_RATE, O(NvmeSpec, bandwidth), NULL, 0, 0, NULL, NULL, "NVMe bandwidth per GPU"},
@@ -206,6 +217,7 @@ static const Section nvme_sec = {"cluster.nvme", nvme_fields};
 static const Section links_sec = {"cluster.links", links_fields};
 static const Section efficiency_sec = {"cluster.efficiency", efficiency_fields};
 static const Section reserve_sec = {"cluster.reserve", reserve_fields};
+static const Section evidence_sec = {"cluster.evidence", evidence_fields};
 
 static const Field cluster_fields[] = {
     {"preset", F_STR, O(ClusterSpec, preset), "(none)", 0, 0, NULL, NULL, "loads specs/clusters/NAME.yaml; keys given here override it"},
@@ -218,6 +230,7 @@ static const Field cluster_fields[] = {
     {"links", F_SECTION, O(ClusterSpec, links), NULL, 0, 0, NULL, &links_sec, "interconnect"},
     {"efficiency", F_SECTION, O(ClusterSpec, efficiency), "(defaults below)", 0, 0, NULL, &efficiency_sec, "cost-model efficiency factors"},
     {"reserve", F_SECTION, O(ClusterSpec, reserve), "(defaults below)", 0, 0, NULL, &reserve_sec, "fixed per-GPU memory reserves"},
+    {"evidence", F_SECTION, O(ClusterSpec, evidence), "(none: every rate assumed)", 0, 0, NULL, &evidence_sec, "where the efficiencies come from and how predictions compared with measured runs (reports print it)"},
     END};
 
 static const Field training_fields[] = {
@@ -337,7 +350,13 @@ static const char *closest(const char *word, const char *const *names, size_t st
 static const Section *const all_sections[] = {&top_sec, &model_sec, &attention_sec, &mlp_sec,
                                               &moe_sec, &cluster_sec, &gpu_sec, &host_sec,
                                               &nvme_sec, &links_sec, &efficiency_sec,
-                                              &reserve_sec, &training_sec, &plan_sec, NULL};
+                                              &reserve_sec, &evidence_sec, &training_sec, &plan_sec, NULL};
+
+const char *spec_efficiency_key(int i) {
+  int n = 0;
+  while (efficiency_fields[n].key) n++;
+  return i >= 0 && i < n ? efficiency_fields[i].key : NULL;
+}
 
 static bool unknown_key(Diag *d, const Section *sec, const YNode *key) {
   Mem *m = d->mem;

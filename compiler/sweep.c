@@ -6,6 +6,7 @@
 #include "mtc.h"
 
 enum { SWEEP_MAX_POINTS = 10000 };
+enum { SWEEP_MAX_PROV = 8 }; /* distinct provenance footnotes a sweep prints (points of other clusters) */
 
 typedef struct {
   const char *key;
@@ -85,6 +86,8 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
     mem_free(&m);
   }
   const char *sep = csv ? "," : " ";
+  const char *provs[SWEEP_MAX_PROV];
+  int nprov = 0;
   for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].key, sep);
   if (csv)
     printf("fits,fsdp,dp_replicate,ep,cp,checkpoint,offload,optimizer_state,prefetch,micro_batch,reshard,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,bottleneck_or_reason\n");
@@ -103,6 +106,10 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       return EXIT_BAD_INPUT;
     }
     Plan *p = plan_search_bare(&m, md); /* (a row shows neither advice nor hint) */
+    const char *prov = report_provenance(&m, s, true); /* the footnote: each distinct one once */
+    bool seen = false;
+    for (int i = 0; i < nprov && !seen; i++) seen = strcmp(provs[i], prov) == 0;
+    if (!seen && nprov < SWEEP_MAX_PROV) provs[nprov++] = mem_printf(&mem, "%s", prov);
     for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].vals[idx[i]], sep);
     const Candidate *c = &p->best;
     const Choice *ch = &c->ch;
@@ -145,6 +152,17 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
     }
     mem_free(&m);
   }
+  if (!csv) fputs("\nwhere the predictions (step, tokens/s, MFU) come from:\n", stdout);
+  for (int i = 0; i < nprov && !csv; i++) report_wrap(stdout, mem_printf(&mem, "  - %s\n", provs[i]));
+  if (!csv)
+    fputs("\ncolumns: fits: the plan fits every memory tier; fsdp x dp: FSDP group x its replicas; ep: expert-parallel\n"
+          "  ranks; cp: context-parallel ranks; ckpt: activation checkpointing (none, selective, full); offl: where\n"
+          "  layer-boundary activations wait for the backward (none: HBM, host, nvme); opt: where the optimizer state\n"
+          "  lives (hbm, host; host-cpu: host, stepped by the host CPU); pf: all-gathers in flight ahead (prefetch);\n"
+          "  mb: sequences per GPU per micro-batch; keep: when gathered parameters are freed (micro: after each\n"
+          "  micro-batch, step: kept until the optimizer step, stp-d: the dense ones kept and the routed experts\n"
+          "  freed, stp-e: the experts kept); tok/s/GPU, MFU, step s: predicted; HBM GiB, host GiB: packed peaks per\n"
+          "  GPU; bottleneck: the largest term of the predicted step\n", stdout);
   mem_free(&mem);
   return EXIT_DONE;
 bad:

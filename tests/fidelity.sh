@@ -5,7 +5,8 @@
 # Prints predicted / published tokens/s per GPU for every row, then the geometric mean, the
 # share of rows within ±15% and the worst row, and fails unless each meets its threshold.
 #   usage: fidelity.sh MTC DIR [GEOMEAN_LO GEOMEAN_HI MIN_SHARE_15 MAX_DEV] [--set K=V ...]
-# (MAX_DEV: the largest |ratio - 1| allowed.) Tokens/s, not MFU: the sources count FLOPs
+# (MAX_DEV: the largest |ratio - 1| allowed.) Each row's ratio must lie in its preset's
+# cluster.evidence band (band_low..band_high), which reports print beside predictions. Tokens/s, not MFU: the sources count FLOPs
 # differently (TorchTitan with attention, llm-foundry's MFU without its recomputation).
 set -u
 mtc=$1; dir=$2; shift 2
@@ -21,6 +22,11 @@ for f in "$dir"/*.yaml; do
   echo "$json" | grep -q '"feasible": true' || { echo "FAIL $f: the pinned layout is infeasible"; exit 1; }
   pred=$(echo "$json" | sed -n 's/.*"tokens_per_second_per_gpu": \([0-9.e+-]*\).*/\1/p' | head -1)
   r=$(awk -v p="$pred" -v q="$pub" 'BEGIN { printf "%.9f", p / q }') # unrounded for the counts
+  # the preset's cluster.evidence band (printed beside every prediction) must hold the row
+  lo=$(echo "$json" | sed -n 's/.*"band_low": \([0-9.e+-]*\).*/\1/p' | head -1)
+  hi=$(echo "$json" | sed -n 's/.*"band_high": \([0-9.e+-]*\).*/\1/p' | head -1)
+  awk -v r="$r" -v lo="${lo:-0}" -v hi="${hi:-0}" 'BEGIN { exit !(hi > 0 && r >= lo && r <= hi) }' ||
+    { echo "FAIL $f: ratio $r outside its preset's cluster.evidence band ${lo:-none}..${hi:-none}: update the band"; exit 1; }
   printf '%-34s %12.0f %12d %7.3f  %s\n' "$(basename "$f" .yaml)" "$pred" "$pub" "$r" "$hw"
   rows="$rows $r"; n=$((n + 1))
 done

@@ -8,7 +8,7 @@
 #define MODEL_NAME "deepseek-v3"
 #define SPEC_FILE "deepseek-v3.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "3083960880e4eaa6"
+#define PLAN_HASH "3d68545ac8652e11"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 256
 #define PLAN_FSDP 256

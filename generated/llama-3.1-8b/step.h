@@ -8,7 +8,7 @@
 #define MODEL_NAME "llama-3.1-8b"
 #define SPEC_FILE "llama-3.1-8b.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "cc6cebe45f71fc91"
+#define PLAN_HASH "d343fbd75c2d1457"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 8
 #define PLAN_FSDP 4

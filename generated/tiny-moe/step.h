@@ -8,7 +8,7 @@
 #define MODEL_NAME "tiny-moe"
 #define SPEC_FILE "tiny-moe.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "e56fd24e23438108"
+#define PLAN_HASH "ea8c331811aab6b7"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 2
 #define PLAN_FSDP 2

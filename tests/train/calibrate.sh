@@ -95,6 +95,15 @@ f, s = factors(sys.argv[1]), factors(sys.argv[2])
 assert f and f.keys() == s.keys(), (f, s)
 for k in f: assert abs(s[k] / f[k] - 0.5) < 1e-3, (k, f[k], s[k])
 PY
+# the fitted factors count as measured where reports say where predictions come from
+grep -q '^  measured: .*dense_gemm.* # with the factors fitted by mtc calibrate$' "$work/presets/cpu-fit.yaml" ||
+  die "the calibrated preset's cluster.evidence.measured does not name the fitted dense_gemm"
+MTC_PRESET_DIR=$work/presets "$mtc" plan "$tiny" "${cal[@]}" --set cluster.preset=cpu-fit |
+  grep -q '^  efficiencies measured .*: .*dense_gemm' || die "mtc plan does not count the fitted factors as measured"
+# calibrating a calibrated preset rewrites its one measured line, each key once
+"$mtc" calibrate "$work/cal.json" --preset cpu-fit -o "$work/presets/cpu-fit2.yaml" >/dev/null || die "mtc calibrate (again)"
+[ "$(grep -c '^  measured:' "$work/presets/cpu-fit2.yaml")" = 1 ] && [ "$(grep '^  measured:' "$work/presets/cpu-fit2.yaml" |
+  grep -o dense_gemm | wc -l)" = 1 ] || die "a second calibration repeats cluster.evidence.measured or its keys"
 awk -v f="$fit" -v s="$slow" 'BEGIN { exit !(s > f) }' ||
   die "doubling the measured seconds should make the prediction slower ($fit s -> $slow s)"
 exit $fail
