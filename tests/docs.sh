@@ -105,6 +105,19 @@ while IFS=: read -r f line k; do
     bad "$f:$line: '$k' is neither a spec key (mtc keys) nor a plan.json key"
 done < <(grep -noP '(?<![\w./-])(model|cluster|training|plan)\.[a-z_][a-z0-9_.]*[a-z0-9_]' "${docs[@]}")
 
+# ---- docs/plan-json.md names every key of a plan.json (as mtc diff --all flattens them; a row
+# `a.b`, `.c` names a.b and a.c, and a key names every key below it)
+documented=$(sed -n 's/^| \(`[^|]*\)|.*/\1/p' docs/plan-json.md | awk -F', ' '{
+  n = split($0, part, ", "); first = part[1]; gsub(/[` ]/, "", first); sub(/\[\]$/, "", first); sub(/\.\*$/, "", first); print first
+  parent = first; if (index(first, ".")) sub(/\.[^.]*$/, "", parent); else parent = ""
+  for (i = 2; i <= n; i++) { k = part[i]; gsub(/[` ]/, "", k); print parent k } }')
+while read -r k _; do
+  case $k in key | *.items.*) continue ;; esac
+  covered=0
+  for d in $documented; do case $k in "$d" | "$d".*) covered=1; break ;; esac; done
+  [ $covered -eq 1 ] || bad "docs/plan-json.md does not name plan.json's key '$k'"
+done < <("$mtc" diff generated/europa-1t/plan.json generated/europa-1t/plan.json --all)
+
 # ---- the README's packages are CI's
 pk() { tr -d '\\' | tr ' ' '\n' | grep -E '^[a-z0-9][a-z0-9.+-]+$' | grep -vxE 'apt-get|install|sudo|SUDO|-y|-qq' | sort -u; }
 readme_pk=$(awk '/apt-get install/ { on = 1 } on { print; if ($0 !~ /\\$/) on = 0 }' README.md | pk)
