@@ -6,9 +6,10 @@
 #     `mtc COMMAND --help`; every option after `train` is one the training program parses
 #     (templates/train/); a code span that is an option alone is one of either;
 #   - every repository path named (compiler/, runtime/, templates/, specs/, tests/, tools/, docs/,
-#     cmake/, .ci/, generated/NAME) exists; every relative link between the files resolves;
+#     cmake/, .ci/, and generated/NAME of an example spec) exists; every relative link resolves;
 #   - every spec key named (model.*, cluster.*, training.*, plan.*) is a key of `mtc keys`, or a
-#     plan.json key of a generated plan;
+#     plan.json key of a generated plan; docs/plan-json.md names every key of europa-1t's plan.json;
+#   - README.md has at most 250 lines and its first code block within its first 40;
 #   - the README's apt-get lines install what .ci/run installs.
 #   usage: docs.sh MTC SOURCE_DIR [--update]   (--update rewrites docs/spec.md's reference)
 set -u
@@ -16,6 +17,11 @@ mtc=$(realpath "$1"); cd "$2" || exit 2
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 docs=(README.md docs/*.md)
+
+# ---- the README fits two screens and starts with a command
+n=$(wc -l <README.md); [ "$n" -le 250 ] || bad "README.md has $n lines; it fits two screens in 250 (move the rest to docs/)"
+first=$(grep -n '^```' README.md | head -1 | cut -d: -f1)
+[ -n "$first" ] && [ "$first" -le 40 ] || bad "README.md's first code block is on line ${first:-none}; expected within the first 40 lines"
 
 # ---- the spec reference
 want=$("$mtc" keys) || exit 1
