@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The documentation a newcomer reads (README.md, docs/*.md) in step with the code:
 #   - docs/spec.md's spec reference is what `mtc keys` prints from the schema table (compiler/spec.c);
-#   - compiler/mtc.h's file index and the README's repository map name every compiler/*.c;
+#   - compiler/mtc.h's file index and the README's repository map name every compiler/*.c, and
+#     the README links every docs/*.md;
 #   - every `mtc COMMAND` named is a command of `mtc --help`, and every option after it one of
 #     `mtc COMMAND --help`; every option after `train` is one the training program parses
 #     (templates/train/); a code span that is an option alone is one of either;
@@ -34,6 +35,9 @@ if [ "$want" != "$have" ]; then
   diff -u <(printf '%s\n' "$have") <(printf '%s\n' "$want")
   bad "$ref's spec reference differs from 'mtc keys' (run tests/docs.sh build/mtc . --update)"
 fi
+
+# ---- the README links every file of docs/
+for f in docs/*.md; do grep -qF "]($f)" README.md || bad "README.md's documentation table does not link $f"; done
 
 # ---- the indexes a newcomer reads first name every compiler file
 for f in compiler/*.c; do
