@@ -5,7 +5,8 @@
 #     the README links every docs/*.md;
 #   - every `mtc COMMAND` named is a command of `mtc --help`, and every option after it one of
 #     `mtc COMMAND --help`; every option after `train` is one the training program parses
-#     (templates/train/); a code span that is an option alone is one of either;
+#     (templates/train/); a code span that is an option alone is one of either; docs/commands.md
+#     documents every command and every option of the training program;
 #   - every repository path named (compiler/, runtime/, templates/, specs/, tests/, tools/, docs/,
 #     cmake/, .ci/, and generated/NAME of an example spec) exists; every relative link resolves;
 #   - every spec key named (model.*, cluster.*, training.*, plan.*) is a key of `mtc keys`, or a
@@ -62,8 +63,15 @@ for c in $(printf '%s\n' "$help" | sed -n '/^commands:/,/^$/p' | sed -n 's/^  \(
   chelp[$c]="$("$mtc" "$c" --help 2>&1) $global"
 done
 all_help="${chelp[*]}"
-for o in $(grep -ohE -- '"--?[a-z][a-z-]*"|\{"[a-z][a-z-]*", (no|required)_argument' templates/train/*.c | grep -oE '[a-z][a-z-]*' | grep -v _argument); do
-  trainopt[--${o#--}]=1
+for o in $(grep -ohE -- '"--?[a-z][a-z-]*"|\{"[a-z][a-z-]*", (no|required)_argument' templates/train/*.c |
+           sed -E 's/^\{?"-{0,2}([a-z][a-z-]*)".*/\1/' | sort -u); do
+  trainopt[--$o]=1
+done
+# docs/commands.md documents every command and every option of the training program
+for c in "${!chelp[@]}"; do grep -qF "\`mtc $c" docs/commands.md || bad "docs/commands.md does not document 'mtc $c'"; done
+for o in "${!trainopt[@]}"; do
+  case $o in --h | --help) continue ;; esac
+  grep -qE -- "$o([^a-z-]|$)" docs/commands.md || bad "docs/commands.md does not document the training program's option '$o'"
 done
 has() { [[ "$1" =~ $2([^a-z-]|$) ]]; } # help text $1 names option $2
 # mtc COMMAND [options] (up to a pipe, ;, && or a comment), train [options], and an option alone
