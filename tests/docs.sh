@@ -11,6 +11,7 @@
 #     cmake/, .ci/, and generated/NAME of an example spec) exists; every relative link resolves;
 #   - every spec key named (model.*, cluster.*, training.*, plan.*) is a key of `mtc keys`, or a
 #     plan.json key of a generated plan; docs/plan-json.md names every key of europa-1t's plan.json;
+#   - every MTC_* environment variable the code reads is named in docs/;
 #   - README.md has at most 250 lines and its first code block within its first 40;
 #   - the README's apt-get lines install what .ci/run installs.
 #   usage: docs.sh MTC SOURCE_DIR [--update]   (--update rewrites docs/spec.md's reference)
@@ -36,6 +37,11 @@ if [ "$want" != "$have" ]; then
   diff -u <(printf '%s\n' "$have") <(printf '%s\n' "$want")
   bad "$ref's spec reference differs from 'mtc keys' (run tests/docs.sh build/mtc . --update)"
 fi
+
+# ---- every environment variable mtc or its programs read is documented
+for v in $(grep -rohE 'getenv\("MTC_[A-Z0-9_]*"\)' compiler runtime templates | grep -oE 'MTC_[A-Z0-9_]*' | sort -u); do
+  grep -qw "$v" README.md docs/*.md || bad "no file of docs/ documents the environment variable $v"
+done
 
 # ---- the README links every file of docs/
 for f in docs/*.md; do grep -qF "]($f)" README.md || bad "README.md's documentation table does not link $f"; done
