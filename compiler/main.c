@@ -129,8 +129,8 @@ static const char *const usage_cmd[][2] = {
                   "squares over the profiles), and writes PRESET.yaml: the\n"
                   "base preset with those keys replaced, each citing the profiles. The preset is named\n"
                   "by its file: with MTC_PRESET_DIR=DIR (PRESET.yaml in DIR), --set\n"
-                  "cluster.preset=PRESET prices a spec with it. See README, \"Calibrating on your own\n"
-                  "cluster\".\n"},
+                  "cluster.preset=PRESET prices a spec with it. See docs/fidelity.md,\n"
+                  "\"Calibrating on your own cluster\".\n"},
     {"keys", "usage: mtc keys\n\nPrints every spec key with its type, default and meaning.\n"},
 };
 

@@ -1,7 +1,7 @@
 /*
  * mtc.h — the compiler's one internal header, in sections per file (as chibicc does).
  *
- * Every file of compiler/ (tests/keys.sh checks that this index and the README's repository
+ * Every file of compiler/ (tests/docs.sh checks that this index and the README's repository
  * section name them all):
  *   arena.c       mem_     one arena per compile, overflow-checked sizes, a hash map in it
  *   diag.c        diag_    sources and FILE:LINE:COL diagnostics with a caret
@@ -56,7 +56,7 @@
 
 #define MTC_VERSION "0.1.0"
 
-/* Exit statuses of every command (README.md, "Commands"). */
+/* Exit statuses of every command (docs/commands.md). */
 enum { EXIT_DONE = 0, EXIT_NO_PLAN = 1, EXIT_BAD_INPUT = 2 };
 
 /* ------------------------------------------------------------------ arena.c */
@@ -582,7 +582,7 @@ typedef struct {
   int64_t params_total, params_active, params_active_nonembedding;
   int64_t by_kind_total[PK__COUNT], by_kind_active[PK__COUNT];
   int64_t active_matmul;           /* LM head in; input embedding and router out */
-  /* training FLOPs per token, without recomputation (README.md, plan.json):
+  /* training FLOPs per token, without recomputation (docs/plan-json.md):
    * 6 × active_matmul + 6 · layers · seq · heads · (qk + v) / 2 */
   double flops_matmul, flops_attention, flops_per_token;
 

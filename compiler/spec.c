@@ -1,6 +1,6 @@
 /* spec.c — the spec schema: one table per section naming every key, its type, its default
  * and its range; the tree from yaml.c is converted to the typed structs of mtc.h by it.
- * spec_print_keys renders the same tables as the README's spec reference. */
+ * spec_print_keys renders the same tables as docs/spec.md's spec reference. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -548,7 +548,7 @@ bool spec_convert(Diag *d, Spec *s) { /* missing top-level keys: at the first ke
                          (char *)s);
 }
 
-/* ---- the spec reference (README) */
+/* ---- the spec reference (docs/spec.md) */
 
 static void print_section(FILE *out, const Section *sec) {
   for (const Field *f = sec->fields; f->key; f++) {

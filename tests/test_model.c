@@ -27,7 +27,7 @@ static const char *load_error(Mem *m, const char *text, const char *const *sets,
 
 static void published_counts(void) {
   Mem m = {0};
-  /* europa-1t: shared/facts.md (951.9B total, 32.8B active; 951.8B / 32.77B with the chosen
+  /* europa-1t: docs/reference-run.md (951.9B total, 32.8B active; 951.8B / 32.77B with the chosen
    * attention layout) */
   Model *md = load(&m, "specs/europa-1t.yaml", NULL, NULL, 0);
   CHECK(md != NULL);
@@ -37,7 +37,7 @@ static void published_counts(void) {
     CHECK_NEAR(md->params_total, 951.8e9, 0.0005);
     CHECK_NEAR(md->params_active, 32.77e9, 0.0005);
     CHECK_EQ(md->n_moe_layers, 74);
-    /* facts.md: boundary activations 65,536 x 6,144 x 2 B x 74 = 55.5 GiB per GPU */
+    /* docs/reference-run.md: boundary activations 65,536 x 6,144 x 2 B x 74 = 55.5 GiB per GPU */
     CHECK_EQ(md->layers[0].saved_bytes[SAVE_BOUNDARY] * 65536 * 74, 65536LL * 6144 * 2 * 74);
   }
   /* DeepSeek-V3 technical report: 671B without the MTP module */

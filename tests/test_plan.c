@@ -10,7 +10,7 @@ static void reference_run(void) {
   CHECK(p && p->feasible);
   if (!p || !p->feasible) return;
   const Candidate *c = &p->best;
-  /* facts.md: 384-way FSDP, 4-way EP, full checkpointing with boundaries on Grace memory */
+  /* docs/reference-run.md: 384-way FSDP, 4-way EP, full checkpointing with boundaries on Grace memory */
   CHECK_EQ(p->world, 384);
   CHECK_EQ(c->ch.fsdp, 384);
   CHECK_EQ(c->ch.ep, 4);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The calibration check of issue 14 on the cpu backend (README, "Calibrating on your own
+# The calibration check of issue 14 on the cpu backend (docs/fidelity.md, "Calibrating on your own
 # cluster"): profile tiny-moe on 1 rank (and, with FIT2=1, the default, also on 2 ranks with
 # fsdp 2 and ep 2, so that mtc calibrate fits the collectives' efficiency.network and
 # efficiency.all_to_all too), calibrate the cpu preset from the profiles, and set the

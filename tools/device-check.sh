@@ -51,7 +51,7 @@ say "kernels: test_kernels exit $k, test_kernels_bf16 exit $kb (0 pass, 77 no GP
 
 # ---- (a) tiny-moe: cuda vs cpu, one rank each
 data=$out/text.txt
-cat README.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >"$data"
+cat README.md docs/*.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >"$data"
 one=$build/tiny1
 "$mtc" compile specs/tiny-moe.yaml -o "$one" --set cluster.nodes=1 --set cluster.gpus_per_node=1 >/dev/null &&
   "$mtc" build "$one" >/dev/null 2>&1 &&

@@ -34,7 +34,7 @@ mtc=$PWD/$build/mtc
 cp "$build/tests/test_kernels" "$build/tests/test_kernels_bf16" "$build/tests/bench_attention" "$build/tests/bench_experts" $kit/bin/
 MTC_KERNEL_CACHE=$PWD/$kit/cache "$build/tests/bench_attention" --check-kernels sm_90a templates/kernels/*.cu | tail -1
 MTC_KERNEL_CACHE=$PWD/$kit/cache "$build/tests/bench_experts" --check-kernels sm_90a templates/kernels/*.cu | tail -1
-[ "$keep" = 1 ] || cat README.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
+[ "$keep" = 1 ] || cat README.md docs/*.md BENCHMARKS.md templates/train/*.c runtime/*/*.c compiler/*.c >$kit/text.txt
 one="--set cluster.nodes=1 --set cluster.gpus_per_node=1"
 gen() { # NAME SPEC [--set ...]: compile and build both backends, copy the cuda program
   local name=$1 spec=$2; shift 2
