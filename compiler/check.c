@@ -401,7 +401,7 @@ static Spec *load(Mem *m, Diag *d, const char *path, const char *text, size_t le
   s->path = path;
   s->root = yaml_parse(m, d, src, "a mapping with name, model, cluster and training");
   if (!s->root) return NULL;
-  for (int i = 0; i < nsets; i++) { /* KEY=null removes KEY: the key must be one of the schema's (a typo removes nothing) */
+  for (int i = 0; i < nsets; i++) { /* KEY=null removes KEY, one of the schema's (a typo would remove nothing) */
     const char *eq = strchr(sets[i], '='), *v = eq ? eq + 1 + strspn(eq + 1, " ") : NULL;
     if (v && (strcmp(v, "null") == 0 || strcmp(v, "~") == 0) && eq > sets[i] &&
         !spec_key_check(d, diag_source(m, "--set", sets[i], strlen(sets[i])), (size_t)(eq - sets[i])))

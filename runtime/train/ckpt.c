@@ -95,8 +95,8 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
 }
 
 static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const RtGroup *g, int ng,
-                          const RtTensor *t, int nt, int El, const char *model, const char *model_keys, const char *optimizer,
-                          const char *run, const int64_t *bytes, const uint64_t *sums, char *err, size_t errlen) {
+                          const RtTensor *t, int nt, int El, const char *model, const char *model_keys,
+                          const char *optimizer, const char *run, const int64_t *bytes, const uint64_t *sums, char *err, size_t errlen) {
   char s[32];
   snprintf(s, sizeof s, "%016llx", (unsigned long long)seed);
   json_t *root = json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:i}", "format",

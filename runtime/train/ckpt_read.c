@@ -421,8 +421,10 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
   if (!st && runj && !json_is_string(runj)) st = bad(err, errlen, man, "run", "%s", "is not a string; expected the run's settings");
   else if (!st && runj && !(k->run = dupstr(json_string_value(runj)))) st = bad(err, errlen, man, "run", "%s", "out of memory");
   json_t *mkj = json_object_get(root, "model_keys"); /* (absent in checkpoints of mtc before it) */
-  if (!st && mkj && !json_is_string(mkj)) st = bad(err, errlen, man, "model_keys", "%s", "is not a string; expected the model's keys");
-  else if (!st && mkj && !(k->model_keys = dupstr(json_string_value(mkj)))) st = bad(err, errlen, man, "model_keys", "%s", "out of memory");
+  if (!st && mkj && !json_is_string(mkj))
+    st = bad(err, errlen, man, "model_keys", "%s", "is not a string; expected the model's keys");
+  else if (!st && mkj && !(k->model_keys = dupstr(json_string_value(mkj))))
+    st = bad(err, errlen, man, "model_keys", "%s", "out of memory");
   if (!st) st = validate(k, man, err, errlen);
   /* the manifest's own checksum (absent in checkpoints of mtc before it had one): a field edited
    * by hand (the seed, the names of two tensors of one shape) would resume as another run */
