@@ -207,7 +207,8 @@ static bool check_training(Diag *d, Spec *s) {
   TrainingSpec *t = &s->training;
   if (t->global_batch && t->global_batch_tokens)
     FAIL("training.global_batch_tokens", "both global_batch (%lld sequences) and global_batch_tokens are written; "
-         "expected one of them", (long long)t->global_batch);
+         "expected one of them: remove the other from the spec, or drop it for this command with --set "
+         "training.global_batch=null (or training.global_batch_tokens=null)", (long long)t->global_batch);
   if (!t->global_batch && !t->global_batch_tokens)
     FAIL("training", "missing key 'training.global_batch' (sequences per optimizer step) or "
          "'training.global_batch_tokens' (tokens per optimizer step); expected one of them");
@@ -319,6 +320,19 @@ static bool check_plan(Diag *d, Spec *s) {
     FAIL("plan.moe_dispatch", "moe_dispatch is hierarchical but ep %lld keeps each EP group inside one node of "
          "%lld GPUs: nothing crosses nodes; expected flat or auto, or an ep that is a multiple of gpus_per_node",
          (long long)p->ep, (long long)c->gpus_per_node);
+  if (p->moe_dispatch == DISPATCH_HIERARCHICAL && !p->ep && s->model.moe.present) {
+    /* ep auto: the search takes only EP groups of whole nodes (ep a multiple of gpus_per_node
+     * above it, dividing the experts and the FSDP group); some must exist */
+    int64_t gpn = c->gpus_per_node, group = p->fsdp ? p->fsdp : p->dp_replicate ? world / p->dp_replicate : world;
+    bool any = false;
+    for (int64_t ep = 2 * gpn; ep <= group && ep <= s->model.moe.experts && !any; ep += gpn)
+      any = s->model.moe.experts % ep == 0 && group % ep == 0;
+    if (!any)
+      FAIL("plan.moe_dispatch", "moe_dispatch is hierarchical, but no EP group can span nodes: ep would be a multiple of "
+           "gpus_per_node %lld above it, dividing the %lld experts and the %lld ranks of an FSDP group; expected flat or "
+           "auto, or a cluster and model where one can (more nodes, fewer GPUs per node)", (long long)gpn,
+           (long long)s->model.moe.experts, (long long)group);
+  }
   if (p->moe_dispatch != DISPATCH_AUTO && !plan_dispatch_emitted(p->moe_dispatch))
     FAIL("plan.moe_dispatch", "moe_dispatch is %s: that all-to-all is priced but `mtc compile` does not emit it "
          "yet (the program sends every token copy straight to its expert's rank); expected flat or auto",
@@ -393,8 +407,10 @@ static bool merge_preset(Mem *m, Diag *d, Spec *s) {
   return true;
 }
 
-Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
-                const char *const *sets, int nsets) {
+/* spec_load's work, with the --over values of one sweep point (overs[i]'s value idx[i]) set
+ * after the --set overrides. */
+static Spec *load(Mem *m, Diag *d, const char *path, const char *text, size_t len, const char *const *sets, int nsets,
+                  const char *const *overs, const int *idx, int nover) {
   const Source *src = text ? diag_source(m, path, text, len)
                            : diag_read_source(m, d, path, YAML_MAX_FILE, "a spec file");
   if (!src) return NULL;
@@ -402,9 +418,26 @@ Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
   s->path = path;
   s->root = yaml_parse(m, d, src, "a mapping with name, model, cluster and training");
   if (!s->root) return NULL;
-  for (int i = 0; i < nsets; i++)
+  for (int i = 0; i < nsets; i++) { /* KEY=null removes KEY, one of the schema's (a typo would remove nothing) */
+    const char *eq = strchr(sets[i], '='), *v = eq ? eq + 1 + strspn(eq + 1, " ") : NULL;
+    if (v && (strcmp(v, "null") == 0 || strcmp(v, "~") == 0) && eq > sets[i] &&
+        !spec_key_check(d, diag_source(m, "--set", sets[i], strlen(sets[i])), (size_t)(eq - sets[i])))
+      return NULL;
     if (!yaml_set(m, d, s->root, sets[i])) return NULL;
+  }
+  for (int i = 0; i < nover; i++)
+    if (!yaml_set_over(m, d, s->root, overs[i], idx[i])) return NULL;
   if (!merge_preset(m, d, s)) return NULL;
   if (!spec_convert(d, s) || !spec_validate(d, s)) return NULL;
   return s;
+}
+
+Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
+                const char *const *sets, int nsets) {
+  return load(m, d, path, text, len, sets, nsets, NULL, NULL, 0);
+}
+
+Spec *spec_load_point(Mem *m, Diag *d, const char *path, const char *const *sets, int nsets,
+                      const char *const *overs, const int *idx, int nover) {
+  return load(m, d, path, NULL, 0, sets, nsets, overs, idx, nover);
 }

@@ -280,6 +280,16 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
   P(e, "#ifndef STEP_H\n#define STEP_H\n\n#include \"mtrt_train.h\"\n\n");
   P(e, "#define MODEL_NAME \"%s\"\n#define SPEC_FILE \"%s\"\n", out_c_string(e->m, s->name),
     out_c_string(e->m, spec_base));
+  /* one key per line: "model.layers 4, " "model.hidden 64, " ... */
+  char *keys = spec_model_keys(e->m, s), *lines = "";
+  for (char *k = keys, *next; k && *k; k = next) {
+    next = strstr(k, ", ");
+    if (next) *next = 0, next += 2;
+    lines = mem_printf(e->m, "%s \\\n  \"%s%s\"", lines, out_c_string(e->m, k), next ? ", " : "");
+  }
+  P(e, "/* the model's keys as resolved (spec_model_keys): recorded in each checkpoint's manifest (model_keys);\n"
+       " * mtc export compares them with the spec it writes config.json from, a resume notes a change */\n"
+       "#define MODEL_KEYS%s\n", lines);
   P(e, "/* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */\n"
        "#define PLAN_HASH \"%s\"\n", plan_hash);
   P(e, "/* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */\n");

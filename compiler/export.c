@@ -146,6 +146,68 @@ static int write_tmp(const char *path, char **tmp, const char *text, size_t len)
 
 static int export_from(const char *path, const char *out, const char *spec, const char *const *sets, int nsets);
 
+/* The value of key (klen bytes) in keys ("key value, key value, ...", spec_model_keys' form):
+ * its length in *len, or NULL when keys lacks it. */
+static const char *key_value(const char *keys, const char *key, size_t klen, size_t *len) {
+  for (const char *p = keys; p && *p;) {
+    const char *end = strstr(p, ", ");
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > klen && strncmp(p, key, klen) == 0 && p[klen] == ' ') return *len = n - klen - 1, p + klen + 1;
+    p = end ? end + 2 : NULL;
+  }
+  return NULL;
+}
+
+/* Keys (spec_model_keys' form) a against b. With a_is_ckpt (a the checkpoint's, b the spec's),
+ * appends to *out ("; "-separated) each key whose values differ, as "KEY: V1 in the checkpoint,
+ * V2 in the spec", and to *sets its " --set KEY=V1". Either way, keys of a that b lacks go to
+ * *only (", "-separated: a key of another mtc's schema, not compared). */
+static void keys_diff(Mem *m, char **out, char **sets, char **only, const char *a, const char *b, bool a_is_ckpt) {
+  for (const char *p = a; p && *p;) {
+    const char *end = strstr(p, ", "), *sp = strchr(p, ' ');
+    size_t len = end ? (size_t)(end - p) : strlen(p), klen = sp && sp < p + len ? (size_t)(sp - p) : len, vlen = 0;
+    const char *va = p + klen + (klen < len), *vb = key_value(b, p, klen, &vlen);
+    int alen = (int)(len - (size_t)(va - p));
+    if (!vb)
+      *only = mem_printf(m, "%s%s%.*s", *only, **only ? ", " : "", (int)klen, p);
+    else if (a_is_ckpt && ((size_t)alen != vlen || strncmp(va, vb, vlen) != 0)) {
+      *out = mem_printf(m, "%s%s%.*s: %.*s in the checkpoint, %.*s in the spec", *out, **out ? "; " : "", (int)klen, p,
+                        alen, va, (int)vlen, vb);
+      *sets = mem_printf(m, "%s --set %.*s=%.*s", *sets, (int)klen, p, alen, va);
+    }
+    p = end ? end + 2 : NULL;
+  }
+}
+
+/* Whether the model that spec (with its --set overrides) describes, keys (spec_model_keys), is
+ * the one the checkpoint at path was trained as (k->model_keys): every key both record is equal.
+ * Otherwise prints an error naming each key that differs and returns 2; a checkpoint that does
+ * not record them (an older mtc's) gets a note and 0. config.json is written from the spec, so
+ * a key that differs (rope_theta, norm_eps, norm_topk_prob, ...) would describe a model other
+ * than the weights. */
+static int match_keys(Mem *m, const RtCkpt *k, const char *path, const char *spec, const char *keys) {
+  if (!k->model_keys) {
+    fprintf(stderr, "note: %s/manifest.json does not record the model's keys (a checkpoint of an mtc before them): "
+            "config.json follows %s, whose tensor shapes alone are checked against the checkpoint; export with the spec "
+            "and --set overrides the program was compiled from\n", path, spec);
+    return 0;
+  }
+  char *diff = "", *sets = "", *only_ckpt = "", *only_spec = "";
+  keys_diff(m, &diff, &sets, &only_ckpt, k->model_keys, keys, true);
+  keys_diff(m, &diff, &sets, &only_spec, keys, k->model_keys, false);
+  if (diff[0]) {
+    fprintf(stderr, "error: %s/manifest.json: the model was trained with other keys than %s gives: %s; config.json "
+            "would describe another model than the weights; expected the spec and --set overrides the program was "
+            "compiled from, or add%s\n", path, spec, diff, sets);
+    return 2;
+  }
+  if (only_ckpt[0] || only_spec[0])
+    fprintf(stderr, "note: keys recorded on one side only were not compared (another mtc's schema): %s%s%s%s%s\n",
+            only_ckpt[0] ? "in the checkpoint: " : "", only_ckpt, only_ckpt[0] && only_spec[0] ? "; " : "",
+            only_spec[0] ? "in the spec: " : "", only_spec);
+  return 0;
+}
+
 /* What makes dir a checkpoint directory: "a manifest.json" (a step directory), "step-N
  * checkpoints" or "a training run's lock" (a --checkpoint-dir); NULL when it is none. */
 static const char *checkpoint_dir(const char *dir) {
@@ -207,7 +269,8 @@ static int export_from(const char *path, const char *out, const char *spec, cons
     } else {
       ts = export_tensors(&mem, md, family, &n);
       tix = mem_array(&mem, 3 * (size_t)n + 3, sizeof *tix);
-      status = match_spec(&k, path, spec, ts, n, tix);
+      status = match_spec(&k, path, spec, ts, n, tix); /* shapes first: another model is named by a tensor */
+      if (!status) status = match_keys(&mem, &k, path, spec, spec_model_keys(&mem, s));
       json_t *cj = export_config(s, family, k.real_bytes == 4 ? "float32" : "float64");
       char *text = json_dumps(cj, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(15));
       config = mem_printf(&mem, "%s\n", text);

@@ -41,7 +41,7 @@ static const char usage_main[] =
     "                        what changes between two plans (plan.json files or specs; --set\n"
     "                        applies to B): layout, memory items, predicted times; --html: the\n"
     "                        two specs' plans side by side as a page\n"
-    "  import-hf CONFIG [-o SPEC]\n"
+    "  import-hf CONFIG [-o SPEC] [--force]\n"
     "                        a spec from a Hugging Face config.json (llama, qwen2, qwen3, mixtral,\n"
     "                        qwen2_moe, qwen3_moe, olmoe, deepseek_v2, deepseek_v3, gpt2)\n"
     "  calibrate PROFILE... --preset NAME -o PRESET.yaml\n"
@@ -117,9 +117,11 @@ static const char *const usage_cmd[][2] = {
              "predicted times. --html OUT also writes a self-contained page (A and B specs) with the\n"
              "two plans side by side: headlines, timelines and memory on one scale, layouts and the\n"
              "table.\n"},
-    {"import-hf", "usage: mtc import-hf CONFIG [-o SPEC]\n\n"
+    {"import-hf", "usage: mtc import-hf CONFIG [-o SPEC] [--force]\n\n"
                   "Writes a spec whose model section comes from a Hugging Face config.json (to stdout,\n"
-                  "or to SPEC), with cluster and training sections to edit.\n"},
+                  "or to SPEC), with cluster and training sections to edit. An existing SPEC is\n"
+                  "replaced only when it holds what this import writes, or with --force (a spec\n"
+                  "edited since it was imported is kept).\n"},
     {"calibrate", "usage: mtc calibrate PROFILE... --preset NAME -o PRESET.yaml\n\n"
                   "Fits preset NAME's cost-model factors to the files `DIR/build/train --profile FILE`\n"
                   "wrote: efficiency.dense_gemm, grouped_gemm, attention and attention_bwd from the\n"
@@ -204,7 +206,23 @@ static bool write_text(Diag *d, const char *path, const Plan *p) {
   return out_close(d, &o);
 }
 
-static int import_cmd(const char *config, const char *out) {
+/* Whether path is missing, or a regular file holding exactly text: what import-hf may write
+ * over without --force (a spec edited since it was imported is kept). */
+static bool same_or_missing(const char *path, const char *text) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return true; /* missing (or unreadable: out_open says why) */
+  if (!S_ISREG(st.st_mode)) return true; /* out_open refuses it, with its own message */
+  size_t len = strlen(text);
+  if ((size_t)st.st_size != len) return false;
+  FILE *f = fopen(path, "rb");
+  char *buf = f ? malloc(len + 1) : NULL;
+  bool same = buf && fread(buf, 1, len + 1, f) == len && memcmp(buf, text, len) == 0;
+  free(buf);
+  if (f) fclose(f);
+  return same;
+}
+
+static int import_cmd(const char *config, const char *out, bool force) {
   Mem mem = {0};
   Diag d = {.mem = &mem};
   char *spec = import_hf(&mem, &d, config);
@@ -219,7 +237,10 @@ static int import_cmd(const char *config, const char *out) {
       spec = NULL, status = EXIT_BAD_INPUT;
     }
   }
-  if (spec && out) {
+  if (spec && out && !force && !same_or_missing(out, spec)) {
+    diag_error(&d, (Loc){0}, "%s exists and is not the spec this import writes (edited since it was imported, or "
+               "another file); expected a new path, or --force to replace it", out);
+  } else if (spec && out) {
     OutFile o;
     if (out_open(&d, &o, out)) fputs(spec, o.f), out_close(&d, &o);
   } else if (spec) {
@@ -416,7 +437,8 @@ int main(int argc, char **argv) {
       a.csv = true;
       break;
     case 'f':
-      if (strcmp(cmd, "compile") != 0) status = usage_error(cmd, "--force applies to 'compile' only");
+      if (strcmp(cmd, "compile") != 0 && strcmp(cmd, "import-hf") != 0)
+        status = usage_error(cmd, "--force applies to 'compile' and 'import-hf' only");
       a.force = true;
       break;
     case 'e':
@@ -492,7 +514,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(cmd, "import-hf") == 0) {
       status = a.nsets ? usage_error(cmd, "takes no --set: it writes a spec from CONFIG alone; pass --set to the "
                                           "commands that read that spec")
-                       : import_cmd(argv[1 + optind], a.out);
+                       : import_cmd(argv[1 + optind], a.out, a.force);
     } else if (strcmp(cmd, "sweep") == 0) {
       if (!a.nover) status = usage_error(cmd, "needs at least one --over KEY=V1,V2,...");
       else status = sweep_run(argv[1 + optind], a.sets, a.nsets, a.overs, a.nover, a.csv);

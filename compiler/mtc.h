@@ -132,8 +132,10 @@ int diag_line_break(const char *p, const char *end);
 /* What a quantity measures; each has its own units. */
 typedef enum { Q_SIZE, Q_RATE, Q_FLOPS, Q_COUNT } Quantity;
 
-/* Parses "96 GB", "120GiB", "25 GB/s", "989 TFLOP/s", a count "25M" / "24Mi tokens" or a plain
- * number into base units (bytes, bytes/s, FLOP/s, ones). Decimal prefixes k M G T P are 10^3n,
+/* Parses "96 GB", "120GiB", "25 GB/s", "989 TFLOP/s", or a count "25M" / "24Mi tokens" / plain
+ * 4096 into base units (bytes, bytes/s, FLOP/s, ones). A size, rate or compute rate needs its
+ * unit: a bare number is refused with a suggestion ("did you mean '80 GB'?"); only a count may
+ * be a plain number. Decimal prefixes k M G T P are 10^3n,
  * binary Ki Mi Gi Ti Pi are 2^10n. On failure returns false and writes a message (what was
  * wrong; what was expected) into err (errlen bytes). The value must be finite, > 0 and, for
  * sizes and counts, below 2^62; a count must be whole. */
@@ -189,8 +191,13 @@ YPair *yaml_pair(const YNode *map, const char *key);
 /* Follows a dotted path ("model.attention.heads") from root; NULL if absent. */
 YNode *yaml_path(const YNode *root, const char *path);
 /* Applies one "--set KEY=VALUE" to root: walks/creates mappings along KEY and sets the
- * scalar. The new nodes' marks point into a Source named "--set" holding arg. */
+ * scalar; VALUE null or ~ removes KEY instead (it takes its default, or the preset's value),
+ * so that one of two exclusive keys can be dropped without editing the file. The new nodes'
+ * marks point into a Source named "--set" holding arg. */
 bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg);
+/* The same for value index (0-based) of one "--over KEY=V1,V2,..." of mtc sweep: the marks
+ * point into a Source named "--over" holding the whole arg, at that value. */
+bool yaml_set_over(Mem *m, Diag *d, YNode *root, const char *arg, int index);
 /* Adds to dst every key of src that dst lacks, recursively for mappings present in both
  * (dst wins). Used to lay a cluster preset under the spec's cluster section. */
 void yaml_merge_under(Mem *m, YNode *dst, const YNode *src);
@@ -438,12 +445,25 @@ typedef struct {
  * Returns NULL with one diagnostic in d on any error. */
 Spec *spec_load(Mem *m, Diag *d, const char *path, const char *text, size_t len,
                 const char *const *sets, int nsets);
+/* spec_load of file path for one point of mtc sweep's grid: the --set overrides, then value
+ * idx[i] of each "--over KEY=V1,V2,..." overs[i] (errors name the --over argument). */
+Spec *spec_load_point(Mem *m, Diag *d, const char *path, const char *const *sets, int nsets,
+                      const char *const *overs, const int *idx, int nover);
 /* Where key (dotted path) was written; if absent, its nearest present parent; else 1:1. */
 Loc spec_loc(const Spec *s, const char *path);
+/* Whether the dotted key src->text[0, klen) is one of the schema's keys or sections; else
+ * false with an "unknown key" diagnostic (did you mean ...) at the segment that is not. */
+bool spec_key_check(Diag *d, const Source *src, size_t klen);
 /* Converts the tree to typed structs by the schema (spec.c). */
 bool spec_convert(Diag *d, Spec *s);
 /* Semantic checks and derived defaults (check.c). */
 bool spec_validate(Diag *d, Spec *s);
+/* Every key of the model section as resolved (defaults and derived values filled in), in the
+ * schema's order, as "model.layers 4, model.hidden 64, model.attention.rope_theta 10000, ...":
+ * the model's conventions and shapes that a checkpoint records (step.h MODEL_KEYS, the
+ * manifest's model_keys), for mtc export to compare with the spec it is given. A section with
+ * required keys adds "model.moe written" or "model.moe absent". Allocated in m. */
+char *spec_model_keys(Mem *m, const Spec *s);
 /* Prints the spec reference (every key, type, default, meaning) as a markdown table. */
 void spec_print_keys(FILE *out);
 /* The names of an enum value, for output ("gqa", "full"...). */

@@ -366,6 +366,9 @@ static void search_pass(const Model *md, Found *f) {
     for (int64_t ei = 0; ei < nep; ei++) {
       int64_t ep = eps[ei];
       if (!ep_allowed(s, ep, fsdp) || (pin->ep && ep != pin->ep)) continue;
+      /* a pinned hierarchical all-to-all: only EP groups across nodes (inside one it is the flat
+       * exchange, and the pin would have no effect) */
+      if (pin->moe_dispatch == DISPATCH_HIERARCHICAL && ep <= gpn) continue;
       /* micro-batch sizes ascending: memory only grows with the size, so once nothing fits at
        * one size, nothing fits at a larger one (for this fsdp and ep) */
       for (int64_t mi = 0, fit = f->nfit, more = 1; mi < nmb && more; mi++) {

@@ -3,12 +3,16 @@
  * spec_print_keys renders the same tables as docs/spec.md's spec reference. */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mtc.h"
 
+/* A key's type. F_SIZE (bytes), F_RATE (bytes/s) and F_FLOPS are the keys that carry a unit:
+ * their values must be written with it (units_parse refuses a bare number); F_COUNT is a count
+ * that may be plain (4096) or carry a k/M/Ki/Mi multiplier; every other number is plain. */
 typedef enum { F_INT, F_AUTO, F_REAL, F_BOOL, F_STR, F_ENUM, F_SIZE, F_RATE, F_FLOPS, F_COUNT, F_SECTION } FType;
 
 typedef struct Section Section;
@@ -259,7 +263,7 @@ static const Field plan_fields[] = {
     {"offload_activations", F_ENUM, O(PlanSpec, offload_activations), "auto", 0, 0, off_names, NULL, "where layer-boundary activations wait for backward: none (HBM), host, nvme (needs cluster.nvme) or auto"},
     {"reshard", F_ENUM, O(PlanSpec, reshard), "auto", 0, 0, reshard_names, NULL, "when gathered parameters are freed: every_micro_batch (re-gathered per micro-batch), after_step (kept from the first forward to the optimizer step) or auto"},
     {"reshard_experts", F_ENUM, O(PlanSpec, reshard_experts), "auto", 0, 0, reshard_names, NULL, "the same for the routed experts alone (plan.reshard then sets the rest: attention, dense MLPs, shared experts, router, embedding, head); auto: as plan.reshard, searched when that is auto too"},
-    {"moe_dispatch", F_ENUM, O(PlanSpec, moe_dispatch), "auto", 0, 0, dispatch_names, NULL, "the MoE all-to-all of an EP group that spans nodes: flat, hierarchical (one copy per destination node over InfiniBand, then NVLink; the cpu backend runs it, the cuda backend not yet: chosen only when pinned) or auto"},
+    {"moe_dispatch", F_ENUM, O(PlanSpec, moe_dispatch), "auto", 0, 0, dispatch_names, NULL, "the MoE all-to-all of an EP group that spans nodes: flat, hierarchical (one copy per destination node over InfiniBand, then NVLink; the cpu backend runs it, the cuda backend not yet: chosen only when pinned; pinned with ep auto, only EP groups across nodes are searched) or auto"},
     {"moe_imbalance", F_REAL, O(PlanSpec, moe_imbalance), "1.25", 0, 0, NULL, NULL, "tokens the busiest EP rank receives / the mean: sizes MoE buffers and prices the busiest rank's expert GEMMs", 1, INFINITY, false, true},
     {"optimizer_tier", F_ENUM, O(PlanSpec, optimizer_tier), "auto", 0, 0, opt_tier_names, NULL, "where fp32 master weights, the gradient shard and optimizer state live: hbm, host or auto"},
     {"optimizer_step", F_ENUM, O(PlanSpec, optimizer_step), "auto", 0, 0, opt_step_names, NULL, "where the optimizer step runs: gpu, host (needs optimizer_tier host or auto) or auto"},
@@ -291,10 +295,10 @@ static const char *type_name(const Field *f) {
   case F_BOOL: return "true or false";
   case F_STR: return "a string";
   case F_ENUM: return "one of the names listed";
-  case F_SIZE: return "a size (e.g. 96 GB)";
-  case F_RATE: return "a rate (e.g. 25 GB/s)";
-  case F_FLOPS: return "a compute rate (e.g. 989 TFLOP/s)";
-  case F_COUNT: return "a whole count (e.g. 25M)";
+  case F_SIZE: return "a size with its unit (e.g. 96 GB)";
+  case F_RATE: return "a rate with its unit (e.g. 25 GB/s)";
+  case F_FLOPS: return "a compute rate with its unit (e.g. 989 TFLOP/s)";
+  case F_COUNT: return "a whole count (e.g. 4096 or 25M)";
   case F_SECTION: return "a mapping of keys";
   }
   return "";
@@ -382,6 +386,24 @@ static bool unknown_key(Diag *d, const Section *sec, const YNode *key) {
                     full_key(m, sec, key->str), list);
 }
 
+bool spec_key_check(Diag *d, const Source *src, size_t klen) {
+  const Section *sec = &top_sec;
+  for (size_t at = 0; at < klen;) {
+    const char *dot = memchr(src->text + at, '.', klen - at);
+    size_t end = dot ? (size_t)(dot - src->text) : klen;
+    YNode key = {.kind = Y_SCALAR, .loc = {src, 0, (int)at}, .str = mem_strndup(d->mem, src->text + at, end - at)};
+    const Field *f = sec->fields;
+    while (f->key && strcmp(f->key, key.str) != 0) f++;
+    if (!f->key) return end > at ? unknown_key(d, sec, &key) : true; /* (an empty segment: yaml_set's message) */
+    if (!dot) return true;
+    if (f->type != F_SECTION)
+      return diag_error(d, key.loc, "'%s' is not a section; expected a dotted key through sections",
+                        full_key(d->mem, sec, f->key));
+    sec = f->sub, at = end + 1;
+  }
+  return true;
+}
+
 static bool is_null(const YNode *v) {
   return v->kind == Y_SCALAR && !v->quoted &&
          (v->str[0] == '\0' || strcmp(v->str, "~") == 0 || strcmp(v->str, "null") == 0);
@@ -390,7 +412,8 @@ static bool is_null(const YNode *v) {
 /* Whether s is written as a decimal number (strtod also reads hex, inf and nan). */
 static bool decimal(const char *s) { return s[strspn(s, "0123456789.eE+-")] == '\0'; }
 
-/* Parses a decimal integer (optional '_' between digits) into out; false if not one. */
+/* Parses a decimal integer into out as YAML 1.2's core schema reads one ([-+]?[0-9]+: a leading
+ * 0 is not octal, so 010 is 10; no '_' between digits, which was YAML 1.1's); false if not one. */
 static bool parse_int(const char *s, int64_t *out, bool *overflow) {
   const char *p = s;
   int64_t v = 0;
@@ -400,13 +423,62 @@ static bool parse_int(const char *s, int64_t *out, bool *overflow) {
   if (neg) p++;
   if (!isdigit((unsigned char)*p)) return false;
   for (; *p; p++) {
-    if (*p == '_' && isdigit((unsigned char)p[1]) && p > s && isdigit((unsigned char)p[-1])) continue;
     if (!isdigit((unsigned char)*p)) return false;
     if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, *p - '0', &v))
       *overflow = true;
   }
   *out = neg ? -v : v;
   return true;
+}
+
+/* The significant digits of the decimal number s (as decimal() accepts; at most 63 digits
+ * kept) without leading and trailing zeros into digits, and the power of ten of its first one
+ * into *exp: "0.0500e1" -> "5", 0 ... -1 + 1. False if s is no such number. */
+static bool canon_decimal(const char *s, char digits[64], long *exp) {
+  const char *p = s;
+  if (*p == '+' || *p == '-') p++;
+  size_t n = 0;
+  long point = 0, first = LONG_MIN; /* digits before the point; the position of the first nonzero */
+  bool seen_point = false, any = false;
+  for (long i = 0; *p && *p != 'e' && *p != 'E'; p++) {
+    if (*p == '.') {
+      if (seen_point) return false;
+      seen_point = true;
+      continue;
+    }
+    if (!isdigit((unsigned char)*p)) return false;
+    any = true;
+    if (!seen_point) point++;
+    if (*p != '0' && first == LONG_MIN) first = i;
+    if (first != LONG_MIN && n < 63) digits[n++] = *p;
+    i++;
+  }
+  if (!any) return false;
+  long e = 0;
+  if (*p == 'e' || *p == 'E') {
+    char *end;
+    e = strtol(p + 1, &end, 10);
+    if (end == p + 1 || *end) return false;
+  }
+  while (n > 0 && digits[n - 1] == '0') n--;
+  digits[n] = '\0';
+  *exp = first == LONG_MIN ? 0 : point - 1 - first + e;
+  return true;
+}
+
+/* Whether the decimal text s is exactly the number b (a range's end: 0, 1, 0.1, 1000), digit
+ * for digit, rather than another number that strtod rounds to b. */
+static bool same_decimal(const char *s, double b) {
+  char a[64], c[64], text[40] = "";
+  long ea, ec;
+  if (!canon_decimal(s, a, &ea)) return true;
+  /* b as the shortest decimal that reads back as it (%.17g of 0.1 is 0.10000000000000001) */
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(text, sizeof text, "%.*g", prec, b);
+    if (strtod(text, NULL) == b) break;
+  }
+  if (!canon_decimal(text, c, &ec)) return true;
+  return strcmp(a, c) == 0 && (a[0] == '\0' || ea == ec);
 }
 
 static bool convert_section(Diag *d, const Section *sec, const YNode *map, Loc at, char *base);
@@ -430,6 +502,12 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
                       v->kind == Y_MAP ? "mapping" : "sequence", expected(m, f));
   if (is_null(v)) return diag_error(d, v->loc, "'%s' has no value; expected %s", key, expected(m, f));
   const char *s = v->str;
+  /* a quoted scalar is a string in YAML (as a !!str tag makes it, refused by yaml.c): where a
+   * number or a boolean is expected it is refused, not read as one */
+  if (v->quoted && (f->type == F_INT || f->type == F_REAL || f->type == F_BOOL ||
+                    (f->type == F_AUTO && strcmp(s, "auto") != 0)))
+    return diag_error(d, v->loc, "'%s' is the quoted string '%s'; expected %s, written without quotes", key, s,
+                      expected(m, f));
   char err[400];
   switch (f->type) {
   case F_AUTO:
@@ -453,6 +531,14 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
       }
       if (decimal(s) && endp != s && *endp == '\0' && isfinite(r))
         return diag_error(d, v->loc, "'%s' is %s, not a whole number; expected %s", key, s, type_name(f));
+      if (strchr(s, '_') && s[strspn(s, "0123456789_+-")] == '\0') { /* YAML 1.1's 1_000 */
+        char *digits = mem_strdup(m, s), *o = digits;
+        for (const char *c = s; *c; c++)
+          if (*c != '_') *o++ = *c;
+        *o = '\0';
+        return diag_error(d, v->loc, "'%s' is '%s': YAML 1.2 reads no '_' between digits (a string, not a number); "
+                          "expected %s: write %s", key, s, type_name(f), digits);
+      }
       return diag_error(d, v->loc, "'%s' is '%s'; expected %s", key, s, type_name(f));
     }
     if (ovf || x < f->min || x > f->max)
@@ -466,6 +552,11 @@ static bool convert_value(Diag *d, const Section *sec, const Field *f, const YNo
     errno = 0;
     double x = strtod(s, &endp);
     bool in = (f->lo_open ? x > f->lo : x >= f->lo) && (f->hi_open ? x < f->hi : x <= f->hi);
+    double bound = x == f->lo ? f->lo : f->hi;
+    if (decimal(s) && endp != s && *endp == '\0' && !in && (x == f->lo || x == f->hi) && !same_decimal(s, bound))
+      return diag_error(d, v->loc, "'%s' is '%s', which rounds to %g in double precision, an end of the range it "
+                        "excludes; expected %s, %s %g by more than a double's rounding", key, s, bound, expected(m, f),
+                        x == f->lo ? "above" : "below", bound);
     if (!decimal(s) || endp == s || *endp != '\0' || !isfinite(x) || errno == ERANGE || !in)
       return diag_error(d, v->loc, "'%s' is '%s'; expected %s", key, s, expected(m, f));
     *(double *)dst = x;
@@ -548,6 +639,51 @@ bool spec_convert(Diag *d, Spec *s) { /* missing top-level keys: at the first ke
                          (char *)s);
 }
 
+/* ---- the model's keys, resolved (checkpoint manifests; mtc export compares them) */
+
+/* The value of field f (not a section) at base, as text: integers and counts in decimal, reals
+ * and quantities with 15 significant digits (%.15g), booleans and enum names as written. */
+static const char *value_text(Mem *m, const Field *f, const char *base) {
+  const void *v = base + f->off;
+  switch (f->type) {
+  case F_INT:
+  case F_AUTO:
+  case F_COUNT: return mem_printf(m, "%lld", (long long)*(const int64_t *)v);
+  case F_REAL:
+  case F_SIZE:
+  case F_RATE:
+  case F_FLOPS: return mem_printf(m, "%.15g", *(const double *)v);
+  case F_BOOL: return *(const bool *)v ? "true" : "false";
+  case F_ENUM: return f->names[*(const int *)v];
+  case F_STR: return *(const char *const *)v ? *(const char *const *)v : "";
+  case F_SECTION: break;
+  }
+  return "";
+}
+
+/* Appends "KEY VALUE, " for every key of section sec (values at base) to *out, in table order;
+ * a subsection with a required key adds "KEY written" or "KEY absent", then its keys when
+ * written; one whose keys all have defaults (model.rope_scaling) always adds its keys. */
+static void keys_of(Mem *m, char **out, const Section *sec, const char *base) {
+  for (const Field *f = sec->fields; f->key; f++) {
+    const char *key = full_key(m, sec, f->key);
+    if (f->type != F_SECTION) {
+      *out = mem_printf(m, "%s%s%s %s", *out, **out ? ", " : "", key, value_text(m, f, base));
+      continue;
+    }
+    bool all_default = true, written = *(const bool *)(base + f->off);
+    for (const Field *g = f->sub->fields; g->key; g++) all_default &= g->def != NULL;
+    if (!all_default) *out = mem_printf(m, "%s%s%s %s", *out, **out ? ", " : "", key, written ? "written" : "absent");
+    if (written || all_default) keys_of(m, out, f->sub, base + f->off);
+  }
+}
+
+char *spec_model_keys(Mem *m, const Spec *s) {
+  char *out = "";
+  keys_of(m, &out, &model_sec, (const char *)&s->model);
+  return out;
+}
+
 /* ---- the spec reference (docs/spec.md) */
 
 static void print_section(FILE *out, const Section *sec) {
@@ -565,10 +701,10 @@ static void print_section(FILE *out, const Section *sec) {
       break;
     case F_BOOL: type = "bool"; break;
     case F_STR: type = "string"; break;
-    case F_SIZE: type = "size (B)"; break;
-    case F_RATE: type = "rate (B/s)"; break;
-    case F_FLOPS: type = "FLOP/s"; break;
-    case F_COUNT: type = "count (25M, 24Mi)"; break;
+    case F_SIZE: type = "size, unit required (96 GB, 120 GiB)"; break;
+    case F_RATE: type = "rate, unit required (25 GB/s)"; break;
+    case F_FLOPS: type = "FLOP/s, unit required (989 TFLOP/s)"; break;
+    case F_COUNT: type = "count (4096, 25M, 24Mi)"; break;
     case F_ENUM:
       for (int i = 0; f->names[i]; i++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? " \\| " : "", f->names[i]);

@@ -36,15 +36,15 @@ static bool parse_over(Mem *m, const char *arg, Axis *ax, Diag *d) {
   return true;
 }
 
-/* Point pt of the grid (the last axis fastest): idx its value per axis, all[nsets..] its --set
- * strings, then the spec and model of path with all of them in m. NULL (an error in d) when the
- * point's spec or model is invalid; *spec is the spec. */
-static Model *load_point(Mem *m, Diag *d, const char *path, const Axis *ax, int nover, int64_t pt, int *idx,
-                         const char **all, int nsets, Spec **spec) {
+/* Point pt of the grid (the last axis fastest): idx its value per axis, then the spec (in
+ * *spec) and model of path with the --set overrides and the point's --over values, in m. NULL
+ * (an error in d, naming the --over argument and value where one is bad) when the point's spec
+ * or model is invalid. */
+static Model *load_point(Mem *m, Diag *d, const char *path, const Axis *ax, const char *const *overs, int nover,
+                         int64_t pt, int *idx, const char *const *sets, int nsets, Spec **spec) {
   int64_t rest = pt;
   for (int i = nover - 1; i >= 0; i--) idx[i] = (int)(rest % ax[i].n), rest /= ax[i].n;
-  for (int i = 0; i < nover; i++) all[nsets + i] = mem_printf(m, "%s=%s", ax[i].key, ax[i].vals[idx[i]]);
-  *spec = spec_load(m, d, path, NULL, 0, all, nsets + nover);
+  *spec = spec_load_point(m, d, path, sets, nsets, overs, idx, nover);
   return *spec ? model_build(m, d, *spec) : NULL;
 }
 
@@ -68,8 +68,6 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
       goto bad;
     }
   }
-  const char **all = mem_array(&mem, (size_t)(nsets + nover) + 1, sizeof *all);
-  for (int i = 0; i < nsets; i++) all[i] = sets[i];
   int *idx = mem_array(&mem, (size_t)nover + 1, sizeof *idx);
   /* every point's spec and model first, so that a bad value is an error before any row (exit 2
    * with a table cut short read as a result) */
@@ -77,7 +75,7 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
     Mem m = {0};
     Diag pd = {.mem = &m};
     Spec *s;
-    if (!load_point(&m, &pd, path, ax, nover, pt, idx, all, nsets, &s)) {
+    if (!load_point(&m, &pd, path, ax, overs, nover, pt, idx, sets, nsets, &s)) {
       fputs(pd.msg, stderr);
       mem_free(&m);
       mem_free(&mem);
@@ -98,7 +96,7 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
     Mem m = {0};
     Diag pd = {.mem = &m};
     Spec *s;
-    Model *md = load_point(&m, &pd, path, ax, nover, pt, idx, all, nsets, &s);
+    Model *md = load_point(&m, &pd, path, ax, overs, nover, pt, idx, sets, nsets, &s);
     if (!md) {
       fputs(pd.msg, stderr);
       mem_free(&m);

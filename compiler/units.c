@@ -28,6 +28,19 @@ static const char *expected(Quantity q) {
   return "";
 }
 
+/* The unit a bare number of quantity q most likely meant, for "did you mean": numbers below
+ * 10^4 are taken as GB, GB/s or TFLOP/s (the scale of a spec's HBM, link and peak figures:
+ * 80 GB, 450 GB/s, 989 TFLOP/s); larger ones as the base unit they were parsed in. The text is
+ * the number as written (from p to end); the hint is written into buf (n bytes). */
+static const char *bare_hint(char *buf, size_t n, const char *p, const char *end, double v, Quantity q) {
+  int len = (int)(end - p) < 60 ? (int)(end - p) : 60;
+  bool small = v < 1e4;
+  const char *unit = q == Q_SIZE ? (small ? "GB" : "B") : q == Q_RATE ? (small ? "GB/s" : "B/s")
+                                                                      : (small ? "TFLOP/s" : "FLOP/s");
+  snprintf(buf, n, "'%.*s %s'", len, p, unit);
+  return buf;
+}
+
 /* Splits unit into prefix and base; base must be one of bases[]. */
 static bool match_unit(const char *unit, const char *const *bases, double *mult) {
   for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
@@ -82,6 +95,13 @@ bool units_parse(const char *text, Quantity q, double *out, char *err, size_t er
   memcpy(unit, end, ul);
   unit[ul] = '\0';
   double mult = 1;
+  if (ul == 0 && q != Q_COUNT && v > 0) { /* a bare number: bytes or FLOP/s only by accident */
+    char hint[96];
+    snprintf(err, errlen, "'%s' has no unit; expected %s with a unit; did you mean %s?", text,
+             q == Q_SIZE ? "a size" : q == Q_RATE ? "a rate" : "a compute rate",
+             bare_hint(hint, sizeof hint, p, end, v, q));
+    return false;
+  }
   if (ul > 0) {
     const char *const *bases = q == Q_SIZE ? size_bases : q == Q_RATE ? rate_bases : q == Q_COUNT ? count_bases : flop_bases;
     if (!match_unit(unit, bases, &mult)) {

@@ -315,6 +315,54 @@ static YPair *map_append(Mem *m, YNode *map, YNode *key, YNode *val) {
   return *tail = p;
 }
 
+/* Sets the key src->text[0, klen) (dotted) to the scalar src->text[voff, voff + vlen), walking
+ * and creating mappings along it; the value null or ~ removes the key instead (a key not
+ * written is left so). The new nodes' marks point into src. */
+static bool set_in(Mem *m, Diag *d, YNode *root, const Source *src, size_t klen, size_t voff, size_t vlen) {
+  const char *text = src->text, *eq = text + klen;
+  char *val = mem_strndup(m, text + voff, vlen);
+  bool unset = strcmp(val, "null") == 0 || strcmp(val, "~") == 0;
+  if (eq[-1] == '.')
+    return diag_error(d, (Loc){src, 0, (int)klen}, "empty key segment; expected a "
+                      "dotted key such as cluster.nodes");
+  YNode *map = root;
+  for (const char *p = text; p < eq;) {
+    const char *dot = memchr(p, '.', (size_t)(eq - p));
+    const char *end = dot ? dot : eq;
+    Loc kl = {src, 0, (int)(p - text)};
+    if (end == p)
+      return diag_error(d, kl, "empty key segment; expected a dotted key such as "
+                               "cluster.nodes");
+    char *seg = mem_strndup(m, p, (size_t)(end - p));
+    YPair *pair = yaml_pair(map, seg);
+    if (!dot) { /* the last segment: set (or remove) the scalar */
+      YNode *v = scalar(m, (Loc){src, 0, (int)voff}, val);
+      if (pair && pair->val->kind != Y_SCALAR)
+        return diag_error(d, kl, "'%.*s' is a %s in the spec; expected %s on a key with "
+                          "one value", (int)klen, text, pair->val->kind == Y_MAP ? "section" : "sequence", src->name);
+      if (unset) {
+        for (YPair **pp = &map->first; *pp; pp = &(*pp)->next)
+          if (*pp == pair) {
+            *pp = pair->next;
+            break;
+          }
+      } else if (pair) pair->val = v, pair->key = scalar(m, kl, seg);
+      else map_append(m, map, scalar(m, kl, seg), v);
+      return true;
+    }
+    if (pair && pair->val->kind == Y_SCALAR && pair->val->str[0] == '\0' && !pair->val->quoted)
+      pair->val = new_node(m, Y_MAP, kl); /* "plan:" with no value is an empty section */
+    if (pair && pair->val->kind != Y_MAP)
+      return diag_error(d, kl, "'%s' is not a section; expected a dotted key through sections",
+                        seg);
+    if (!pair && unset) return true; /* nothing written there to remove */
+    if (!pair) pair = map_append(m, map, scalar(m, kl, seg), new_node(m, Y_MAP, kl));
+    map = pair->val;
+    p = end + 1;
+  }
+  return true;
+}
+
 bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
   const Source *src = diag_source(m, "--set", arg, strlen(arg));
   const char *eq = strchr(src->text, '=');
@@ -325,41 +373,20 @@ bool yaml_set(Mem *m, Diag *d, YNode *root, const char *arg) {
   while (*val == ' ') val++;
   if (!*val)
     return diag_error(d, (Loc){src, 0, (int)(val - src->text)},
-                      "--set %.*s has no value; expected KEY=VALUE", (int)(eq - src->text),
-                      src->text);
-  if (eq[-1] == '.')
-    return diag_error(d, (Loc){src, 0, (int)(eq - src->text)}, "empty key segment; expected a "
-                      "dotted key such as cluster.nodes");
-  YNode *map = root;
-  for (const char *p = src->text; p < eq;) {
-    const char *dot = memchr(p, '.', (size_t)(eq - p));
-    const char *end = dot ? dot : eq;
-    Loc kl = {src, 0, (int)(p - src->text)};
-    if (end == p)
-      return diag_error(d, kl, "empty key segment; expected a dotted key such as "
-                               "cluster.nodes");
-    char *seg = mem_strndup(m, p, (size_t)(end - p));
-    YPair *pair = yaml_pair(map, seg);
-    if (!dot) { /* the last segment: set the scalar */
-      YNode *v = scalar(m, (Loc){src, 0, (int)(val - src->text)}, val);
-      if (pair && pair->val->kind != Y_SCALAR)
-        return diag_error(d, kl, "'%.*s' is a %s in the spec; expected --set on a key with "
-                          "one value", (int)(eq - src->text), src->text,
-                          pair->val->kind == Y_MAP ? "section" : "sequence");
-      if (pair) pair->val = v, pair->key = scalar(m, kl, seg);
-      else map_append(m, map, scalar(m, kl, seg), v);
-      return true;
-    }
-    if (pair && pair->val->kind == Y_SCALAR && pair->val->str[0] == '\0' && !pair->val->quoted)
-      pair->val = new_node(m, Y_MAP, kl); /* "plan:" with no value is an empty section */
-    if (pair && pair->val->kind != Y_MAP)
-      return diag_error(d, kl, "'%s' is not a section; expected a dotted key through sections",
-                        seg);
-    if (!pair) pair = map_append(m, map, scalar(m, kl, seg), new_node(m, Y_MAP, kl));
-    map = pair->val;
-    p = end + 1;
-  }
-  return true;
+                      "--set %.*s has no value; expected KEY=VALUE (or KEY=null to remove the key)",
+                      (int)(eq - src->text), src->text);
+  return set_in(m, d, root, src, (size_t)(eq - src->text), (size_t)(val - src->text), strlen(val));
+}
+
+bool yaml_set_over(Mem *m, Diag *d, YNode *root, const char *arg, int index) {
+  const Source *src = diag_source(m, "--over", arg, strlen(arg));
+  const char *eq = strchr(src->text, '='), *p = eq ? eq + 1 : NULL;
+  for (int i = 0; p && i < index; i++) p = strchr(p, ','), p = p ? p + 1 : NULL;
+  if (!eq || eq == src->text || !p) /* (sweep.c checked the form) */
+    return diag_error(d, (Loc){src, 0, 0}, "--over '%s' has no value %d; expected KEY=V1,V2,...", arg, index + 1);
+  const char *comma = strchr(p, ',');
+  size_t len = comma ? (size_t)(comma - p) : strlen(p);
+  return set_in(m, d, root, src, (size_t)(eq - src->text), (size_t)(p - src->text), len);
 }
 
 void yaml_merge_under(Mem *m, YNode *dst, const YNode *src) {

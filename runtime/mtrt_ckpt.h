@@ -12,7 +12,9 @@
  *                    file its size and FNV-1a 64 checksum, and manifest_fnv1a64: FNV-1a 64 of
  *                    every other field (rt_ckpt_manifest_sum), so that no field is edited unseen;
  *                    run: the settings besides the model that shape what is trained and in
- *                    which order, compared on resume (rt_ckpt_run_diff)
+ *                    which order, compared on resume (rt_ckpt_run_diff); model_keys: the
+ *                    model section's keys as resolved (mtc's spec_model_keys), compared by
+ *                    mtc export with the spec it writes config.json from, noted on resume
  *
  * A checkpoint is complete once its manifest exists: shards are written to a temporary name,
  * fsync'ed and renamed, then rank 0 writes the manifest the same way, last. A process killed
@@ -56,6 +58,8 @@ typedef struct {
   int64_t step;
   uint64_t seed;
   char *run;       /* the run's settings ("key value, key value, ..."; allocated), or NULL */
+  char *model_keys; /* the model section's keys as resolved ("model.layers 4, ..."; allocated), or NULL
+                       (a checkpoint of an mtc before it recorded them) */
   int fsdp, ep, dp_replicate, experts_per_rank, real_bytes;
   RtCkptGroup *groups;
   int ngroups;

@@ -250,10 +250,12 @@ void rt_offload_wait(RtCtx *c, int id);
  * failure every rank removes what it wrote (temporary, shard; rank 0 the step directory if
  * empty) and returns -1 (err names the file and why). kill_halfway (tests only): rank 0 kills
  * itself with SIGKILL after the shards are written and before the manifest. run: the run's
- * settings besides the model ("key value, ..."), kept in the manifest for rt_ckpt_load. */
+ * settings besides the model ("key value, ..."), kept in the manifest for rt_ckpt_load. model_keys:
+ * the model section's keys as resolved (step.h MODEL_KEYS, "key value, ..."), kept in the manifest
+ * for rt_ckpt_load's note and mtc export's comparison. */
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *state, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const char *run,
-                 bool kill_halfway, char *err, size_t errlen);
+                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *model_keys,
+                 const char *optimizer, const char *run, bool kill_halfway, char *err, size_t errlen);
 /* Loads checkpoint directory path (saved under any layout) into this rank's master shards and
  * optimizer moments (in state, the state arena on the host; a group without a second moment
  * skips the checkpoint's); sets *step and *seed. Refuses a checkpoint of another model (the
@@ -261,10 +263,12 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
  * layers than the program is not cut), or of another shape or number of experts; err names the
  * tensor, both shapes and what to do. Collective; -1 on every rank if
  * any failed (a corrupt or truncated shard is named in err). note (notelen bytes): which of this
- * run's settings (run) differ from the checkpoint's (rt_ckpt_run_diff), empty when none does. */
+ * run's settings (run) differ from the checkpoint's (rt_ckpt_run_diff), then which of the model's
+ * keys (model_keys: conventions such as rope_theta, as the shapes are equal) differ from the
+ * checkpoint's model_keys where it records them; empty when none does. */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *state, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, const char *run,
-                 char *note, size_t notelen, char *err, size_t errlen);
+                 int ng, const RtTensor *t, int nt, const char *model, const char *model_keys, const char *optimizer,
+                 const char *run, char *note, size_t notelen, char *err, size_t errlen);
 
 /* The process's peak resident memory so far (VmHWM of /proc/self/status), bytes; -1 where
  * the kernel does not report it. */

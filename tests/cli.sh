@@ -128,6 +128,15 @@ expect 0 '^16384 +yes .* 455 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_l
 expect 0 '"tokens_per_step": 25165824' "$mtc" plan --json "$tmpg/e.yaml" --set training.seq_len=32768
 expect 2 'both global_batch \(384 sequences\) and global_batch_tokens are written' "$mtc" check "$tmpg/e.yaml" --set training.global_batch=384
 rm -rf "$tmpg"
+# --set KEY=null removes KEY (the other of two exclusive keys, without editing the file); a typo is an unknown key
+expect 0 'ok \(tiny-moe' "$mtc" check specs/tiny-moe.yaml --set training.global_batch_tokens=2048 --set training.global_batch=null
+expect 2 "unknown key 'training.global_batc'; did you mean 'training.global_batch'" "$mtc" check specs/tiny-moe.yaml --set training.global_batc=null
+expect 2 "both global_batch \(8 sequences\) and global_batch_tokens are written; .* --set training.global_batch=null" \
+  "$mtc" check specs/tiny-moe.yaml --set training.global_batch_tokens=2048
+# integers as YAML 1.2 reads them: 010 is ten (no octal); 4_0 is a string (bad_specs: underscore_int)
+expect 0 'ok \(tiny-moe: 10 layers' "$mtc" check specs/tiny-moe.yaml --set model.layers=010
+# a bad --over value is named in its --over argument, at the value
+expect 2 "^--over:1:26: error: 'training.seq_len' is 0, out of range" "$mtc" sweep specs/tiny-moe.yaml --over training.seq_len=128,256,0
 # one set of plans: without a pin the search tries the flat all-to-all only (the cuda backend does not run the
 # hierarchical one yet); a pin plans it, and compile writes it (MOE_HIER_G: EP ranks per node)
 expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
@@ -138,6 +147,9 @@ expect 0 '^  why: EP inside a node wins by .*a MoE layer is 3.28 GB per rank wit
 for c in plan explain; do
   expect 0 "ep 8 \\(hierarchical all-to-all\\)" "$mtc" $c specs/deepseek-v3.yaml --set cluster.nodes=64 --set plan.ep=8 --set plan.moe_dispatch=hierarchical
 done
+# the pin with ep auto: the search keeps to EP groups across nodes (it was ignored: ep 1, flat)
+expect 0 '^policy     fsdp 4 x dp 1, ep 4 \(hierarchical all-to-all\)' "$mtc" plan specs/tiny-moe.yaml --set cluster.nodes=2 \
+  --set plan.moe_dispatch=hierarchical
 tmph=$(mktemp -d)
 expect 0 '^wrote ' "$mtc" compile specs/deepseek-v3.yaml -o "$tmph/d" --set cluster.nodes=64 --set plan.ep=8 --set plan.moe_dispatch=hierarchical
 grep -q '^#define MOE_HIER_G 4$' "$tmph/d/step.h" || { echo "FAIL: compile of a pinned hierarchical all-to-all: no MOE_HIER_G 4"; fail=1; }
@@ -191,7 +203,7 @@ expect 0 'no layout: global_batch 384 is not a multiple of 768 GPUs' "$mtc" swee
 expect 0 '^96,yes,384,1,4,1,full,host,host,1,' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96 --csv
 expect 2 'needs at least one --over' "$mtc" sweep specs/europa-1t.yaml
 expect 2 "needs KEY=V1,V2" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes
-expect 2 "^--set:1:15: error: 'cluster.nodes' is 'many'" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96,many
+expect 2 "^--over:1:18: error: 'cluster.nodes' is 'many'" "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=96,many
 # ... before any row: a bad value anywhere in the grid writes nothing to stdout
 out=$("$mtc" sweep specs/tiny-moe.yaml --over cluster.nodes=1,2,many 2>/dev/null); rc=$?
 [ $rc -eq 2 ] && [ -z "$out" ] || { echo "FAIL: sweep with a bad last value: exit $rc, stdout: $out"; fail=1; }

@@ -176,5 +176,15 @@ expect_err "{$dsv2, \"num_experts_per_tok\": 2, \"topk_method\": \"noaux_tc\"}" 
 odd=$(printf '%s/a\nname: evil\n#.json' "$tmp"); cp tests/hf/llama-3.1-8b.json "$odd"
 "$mtc" import-hf "$odd" -o "$tmp/odd.yaml" && "$mtc" check "$tmp/odd.yaml" >/dev/null && ! grep -q '^name: evil' "$tmp/odd.yaml" ||
   { echo "FAIL: a config file name with a line break changed the spec"; fail=1; }
+# -o over a spec edited since it was imported: kept without --force (black-box row 12); the same
+# import again, or --force, writes it
+"$mtc" import-hf tests/hf/mixtral-8x7b.json -o "$tmp/ed.yaml" && "$mtc" import-hf tests/hf/mixtral-8x7b.json -o "$tmp/ed.yaml" ||
+  { echo "FAIL: import-hf -o twice onto its own output"; fail=1; }
+sed -i 's/^  steps: .*/  steps: 7/' "$tmp/ed.yaml"
+out=$("$mtc" import-hf tests/hf/mixtral-8x7b.json -o "$tmp/ed.yaml" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q '^  steps: 7$' "$tmp/ed.yaml" && echo "$out" | grep -q "ed.yaml exists and is not the spec this import writes.*--force to replace it" ||
+  { echo "FAIL: import-hf -o replaced an edited spec: exit $rc, $out"; fail=1; }
+"$mtc" import-hf tests/hf/mixtral-8x7b.json -o "$tmp/ed.yaml" --force && ! grep -q '^  steps: 7$' "$tmp/ed.yaml" ||
+  { echo "FAIL: import-hf -o --force kept the edited spec"; fail=1; }
 [ $fail -eq 0 ] && echo "ok: import-hf reproduces the example specs' counts; bad configs refused"
 exit $fail

@@ -27,7 +27,8 @@ int main(void) {
   CHECK(parse("4 MiB", Q_SIZE) == 4.0 * 1048576);
   CHECK(parse("1 TB", Q_SIZE) == 1e12);
   CHECK(parse("1 TiB", Q_SIZE) == 1099511627776.0);
-  CHECK(parse("1000", Q_SIZE) == 1000);
+  CHECK(refused("80", Q_SIZE, "no unit; expected a size with a unit; did you mean '80 GB'?"));
+  CHECK(refused("85899345920", Q_SIZE, "did you mean '85899345920 B'?"));
   CHECK(parse("512 B", Q_SIZE) == 512);
   CHECK(parse("  7 GB  ", Q_SIZE) == 7e9);
   /* counts: the same prefixes, an optional 'tokens', whole numbers only */
@@ -43,12 +44,16 @@ int main(void) {
   CHECK(parse("4 TB/s", Q_RATE) == 4e12);
   CHECK(parse("450GB/s", Q_RATE) == 450e9);
   CHECK(parse("1 GiB/s", Q_RATE) == 1073741824.0);
-  CHECK(parse("100", Q_RATE) == 100);
+  CHECK(refused("450", Q_RATE, "did you mean '450 GB/s'?"));
+  CHECK(parse("100 B/s", Q_RATE) == 100);
   /* compute */
   CHECK(parse("989 TFLOP/s", Q_FLOPS) == 989e12);
   CHECK(parse("50 GFLOP/s", Q_FLOPS) == 50e9);
   CHECK(parse("1.979 PFLOP/s", Q_FLOPS) == 1.979e15);
-  CHECK(parse("2e12", Q_FLOPS) == 2e12);
+  CHECK(refused("2e12", Q_FLOPS, "did you mean '2e12 FLOP/s'?"));
+  CHECK(refused("989", Q_FLOPS, "did you mean '989 TFLOP/s'?"));
+  CHECK(parse("2e12 FLOP/s", Q_FLOPS) == 2e12);
+  CHECK(refused("0", Q_SIZE, "greater than zero")); /* 0 is out of range, not a missing unit */
   /* refusals, each with what was expected */
   CHECK(refused("96 Gb", Q_SIZE, "bits are not accepted"));
   CHECK(refused("96 KB", Q_SIZE, "write kB for 1000 or KiB for 1024"));

@@ -7,6 +7,44 @@
 
 #define MODEL_NAME "llama-3.1-8b"
 #define SPEC_FILE "llama-3.1-8b.yaml"
+/* the model's keys as resolved (spec_model_keys): recorded in each checkpoint's manifest (model_keys);
+ * mtc export compares them with the spec it writes config.json from, a resume notes a change */
+#define MODEL_KEYS \
+  "model.layers 32, " \
+  "model.hidden 4096, " \
+  "model.vocab 128256, " \
+  "model.tie_embeddings false, " \
+  "model.norm rmsnorm, " \
+  "model.position rope, " \
+  "model.max_position 0, " \
+  "model.bias false, " \
+  "model.norm_eps 1e-05, " \
+  "model.rope_scaling.type llama3, " \
+  "model.rope_scaling.factor 8, " \
+  "model.rope_scaling.original_max_position 8192, " \
+  "model.rope_scaling.low_freq_factor 1, " \
+  "model.rope_scaling.high_freq_factor 4, " \
+  "model.rope_scaling.beta_fast 32, " \
+  "model.rope_scaling.beta_slow 1, " \
+  "model.rope_scaling.mscale 1, " \
+  "model.rope_scaling.mscale_all_dim 0, " \
+  "model.attention written, " \
+  "model.attention.kind gqa, " \
+  "model.attention.heads 32, " \
+  "model.attention.kv_heads 8, " \
+  "model.attention.head_dim 128, " \
+  "model.attention.rope_theta 500000, " \
+  "model.attention.qk_norm none, " \
+  "model.attention.bias none, " \
+  "model.attention.q_lora_rank 0, " \
+  "model.attention.kv_lora_rank 0, " \
+  "model.attention.qk_nope_head_dim 0, " \
+  "model.attention.qk_rope_head_dim 0, " \
+  "model.attention.v_head_dim 0, " \
+  "model.mlp written, " \
+  "model.mlp.intermediate 14336, " \
+  "model.mlp.activation swiglu, " \
+  "model.moe absent"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
 #define PLAN_HASH "d343fbd75c2d1457"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */

@@ -816,7 +816,7 @@ static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
   char run[512], note[1024];
   run_settings(r, run, sizeof run);
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
+                   MODEL_NAME, MODEL_KEYS, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }
@@ -958,7 +958,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   char run[512];
   if (save) run_settings(r, run, sizeof run);
   if (save && rt_ckpt_save(a->ckpt_dir, done_steps, a->seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS,
-                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, run,
+                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, MODEL_KEYS, OPTIMIZER, run,
                            a->kill_at_save == done_steps, err, sizeof err) != 0) {
     if (r->rank0)
       fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "

@@ -7,6 +7,61 @@
 
 #define MODEL_NAME "qwen3-30b-a3b"
 #define SPEC_FILE "qwen3-30b-a3b.yaml"
+/* the model's keys as resolved (spec_model_keys): recorded in each checkpoint's manifest (model_keys);
+ * mtc export compares them with the spec it writes config.json from, a resume notes a change */
+#define MODEL_KEYS \
+  "model.layers 48, " \
+  "model.hidden 2048, " \
+  "model.vocab 151936, " \
+  "model.tie_embeddings false, " \
+  "model.norm rmsnorm, " \
+  "model.position rope, " \
+  "model.max_position 0, " \
+  "model.bias false, " \
+  "model.norm_eps 1e-06, " \
+  "model.rope_scaling.type none, " \
+  "model.rope_scaling.factor 0, " \
+  "model.rope_scaling.original_max_position 0, " \
+  "model.rope_scaling.low_freq_factor 1, " \
+  "model.rope_scaling.high_freq_factor 4, " \
+  "model.rope_scaling.beta_fast 32, " \
+  "model.rope_scaling.beta_slow 1, " \
+  "model.rope_scaling.mscale 1, " \
+  "model.rope_scaling.mscale_all_dim 0, " \
+  "model.attention written, " \
+  "model.attention.kind gqa, " \
+  "model.attention.heads 32, " \
+  "model.attention.kv_heads 4, " \
+  "model.attention.head_dim 128, " \
+  "model.attention.rope_theta 1000000, " \
+  "model.attention.qk_norm per_head, " \
+  "model.attention.bias none, " \
+  "model.attention.q_lora_rank 0, " \
+  "model.attention.kv_lora_rank 0, " \
+  "model.attention.qk_nope_head_dim 0, " \
+  "model.attention.qk_rope_head_dim 0, " \
+  "model.attention.v_head_dim 0, " \
+  "model.mlp absent, " \
+  "model.moe written, " \
+  "model.moe.experts 128, " \
+  "model.moe.top_k 8, " \
+  "model.moe.shared_experts 0, " \
+  "model.moe.expert_intermediate 768, " \
+  "model.moe.shared_intermediate 768, " \
+  "model.moe.activation swiglu, " \
+  "model.moe.first_dense_layers 0, " \
+  "model.moe.interleave 1, " \
+  "model.moe.router_bias false, " \
+  "model.moe.router softmax, " \
+  "model.moe.load_balance aux_loss, " \
+  "model.moe.aux_loss_coef 0.001, " \
+  "model.moe.bias_update_rate 0.001, " \
+  "model.moe.seq_aux_loss_coef 0, " \
+  "model.moe.norm_topk_prob true, " \
+  "model.moe.shared_expert_gate false, " \
+  "model.moe.n_group 1, " \
+  "model.moe.topk_group 1, " \
+  "model.moe.routed_scaling_factor 1"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
 #define PLAN_HASH "a06784e6495a5332"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */

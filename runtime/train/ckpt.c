@@ -95,8 +95,8 @@ static int write_shard(const char *stepdir, const RtComm *c, const real *arena, 
 }
 
 static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const RtGroup *g, int ng,
-                          const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const char *run,
-                          const int64_t *bytes, const uint64_t *sums, char *err, size_t errlen) {
+                          const RtTensor *t, int nt, int El, const char *model, const char *model_keys,
+                          const char *optimizer, const char *run, const int64_t *bytes, const uint64_t *sums, char *err, size_t errlen) {
   char s[32];
   snprintf(s, sizeof s, "%016llx", (unsigned long long)seed);
   json_t *root = json_pack("{s:s, s:s, s:s, s:I, s:s, s:{s:i, s:i, s:i, s:i, s:i}, s:i}", "format",
@@ -127,6 +127,7 @@ static int write_manifest(const char *stepdir, int64_t step, uint64_t seed, cons
   json_object_set_new(root, "tensors", tensors);
   json_object_set_new(root, "shards", shards);
   json_object_set_new(root, "run", json_string(run));
+  json_object_set_new(root, "model_keys", json_string(model_keys));
   char sum[32];
   snprintf(sum, sizeof sum, "%016llx", (unsigned long long)rt_ckpt_manifest_sum(root));
   json_object_set_new(root, "manifest_fnv1a64", json_string(sum)); /* every field above, edits refused */
@@ -162,14 +163,15 @@ static int discard(const char *stepdir, const RtComm *c, bool wrote) {
 }
 
 static int save(const char *dir, const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const real *arena,
-                const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer,
-                const char *run, bool kill_halfway, char *err, size_t errlen);
+                const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *model_keys,
+                const char *optimizer, const char *run, bool kill_halfway, char *err, size_t errlen);
 
 int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, const real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer, const char *run,
-                 bool kill_halfway, char *err, size_t errlen) {
+                 int ng, const RtTensor *t, int nt, int El, const char *model, const char *model_keys,
+                 const char *optimizer, const char *run, bool kill_halfway, char *err, size_t errlen) {
   char *stepdir = rt_pathf("%s/step-%08lld", dir, (long long)step);
-  int st = save(dir, stepdir, step, seed, c, arena, g, ng, t, nt, El, model, optimizer, run, kill_halfway, err, errlen);
+  int st = save(dir, stepdir, step, seed, c, arena, g, ng, t, nt, El, model, model_keys, optimizer, run, kill_halfway,
+                err, errlen);
   free(stepdir);
   return st;
 }
@@ -184,8 +186,8 @@ long rt_ckpt_path_room(const char *dir) {
 
 /* rt_ckpt_save's work, with stepdir its step's directory. */
 static int save(const char *dir, const char *stepdir, int64_t step, uint64_t seed, const RtComm *c, const real *arena,
-                const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *optimizer,
-                const char *run, bool kill_halfway, char *err, size_t errlen) {
+                const RtGroup *g, int ng, const RtTensor *t, int nt, int El, const char *model, const char *model_keys,
+                const char *optimizer, const char *run, bool kill_halfway, char *err, size_t errlen) {
   int bad = 0, complete = 0;
   if (c->rank == 0) {
     if ((mkdir(dir, 0777) != 0 && errno != EEXIST) || (mkdir(stepdir, 0777) != 0 && errno != EEXIST))
@@ -219,7 +221,8 @@ static int save(const char *dir, const char *stepdir, int64_t step, uint64_t see
     int64_t *b = malloc(sizeof(int64_t) * (size_t)c->fsdp);
     uint64_t *s = malloc(sizeof(uint64_t) * (size_t)c->fsdp);
     for (int r = 0; r < c->fsdp; r++) b[r] = (int64_t)all[2 * r], s[r] = all[2 * r + 1]; /* replica 0 = ranks 0..fsdp-1 */
-    bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, optimizer, run, b, s, err, errlen) != 0;
+    bad = write_manifest(stepdir, step, seed, c, g, ng, t, nt, El, model, model_keys, optimizer, run, b, s, err,
+                         errlen) != 0;
     free(b), free(s), free(all);
   }
   return agree(bad, err, errlen) ? discard(stepdir, c, wrote) : 0;
@@ -286,8 +289,8 @@ static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const 
 }
 
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
-                 int ng, const RtTensor *t, int nt, const char *model, const char *optimizer, const char *run,
-                 char *note, size_t notelen, char *err, size_t errlen) {
+                 int ng, const RtTensor *t, int nt, const char *model, const char *model_keys, const char *optimizer,
+                 const char *run, char *note, size_t notelen, char *err, size_t errlen) {
   RtCkpt k;
   /* (the tensors name their groups; ng sizes the second moments' running offsets) */
   int bad = rt_ckpt_open(&k, path, err, errlen) != 0;
@@ -333,6 +336,12 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
   free(buf), free(vat);
   if (!bad) *step = k.step, *seed = k.seed;
   if (!bad) rt_ckpt_run_diff(note, notelen, k.run, run);
+  size_t at = strlen(note); /* the model's conventions (shapes are equal here): a change is said, not refused */
+  if (!bad && k.model_keys && strcmp(k.model_keys, model_keys) != 0 && at + 16 < notelen) {
+    snprintf(note + at, notelen - at, "%s", at ? "; " : "");
+    at = strlen(note);
+    rt_ckpt_run_diff(note + at, notelen - at, k.model_keys, model_keys);
+  }
   rt_ckpt_close(&k);
   return agree(bad, err, errlen);
 }

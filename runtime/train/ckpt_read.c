@@ -420,6 +420,11 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
   json_t *runj = json_object_get(root, "run"); /* (absent in checkpoints of mtc before it) */
   if (!st && runj && !json_is_string(runj)) st = bad(err, errlen, man, "run", "%s", "is not a string; expected the run's settings");
   else if (!st && runj && !(k->run = dupstr(json_string_value(runj)))) st = bad(err, errlen, man, "run", "%s", "out of memory");
+  json_t *mkj = json_object_get(root, "model_keys"); /* (absent in checkpoints of mtc before it) */
+  if (!st && mkj && !json_is_string(mkj))
+    st = bad(err, errlen, man, "model_keys", "%s", "is not a string; expected the model's keys");
+  else if (!st && mkj && !(k->model_keys = dupstr(json_string_value(mkj))))
+    st = bad(err, errlen, man, "model_keys", "%s", "out of memory");
   if (!st) st = validate(k, man, err, errlen);
   /* the manifest's own checksum (absent in checkpoints of mtc before it had one): a field edited
    * by hand (the seed, the names of two tensors of one shape) would resume as another run */
@@ -482,7 +487,7 @@ void rt_ckpt_close(RtCkpt *k) {
   for (int i = 0; k->fds && i < k->nshards; i++)
     if (k->fds[i] >= 0) close(k->fds[i]);
   free(k->groups), free(k->tensors), free(k->shard_bytes), free(k->shard_sum), free(k->fds), free(k->verified);
-  free(k->dir), free(k->run);
+  free(k->dir), free(k->run), free(k->model_keys);
   memset(k, 0, sizeof *k);
 }
 

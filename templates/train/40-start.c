@@ -253,7 +253,7 @@ static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
   char run[512], note[1024];
   run_settings(r, run, sizeof run);
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
+                   MODEL_NAME, MODEL_KEYS, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }

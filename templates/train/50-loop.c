@@ -58,7 +58,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   char run[512];
   if (save) run_settings(r, run, sizeof run);
   if (save && rt_ckpt_save(a->ckpt_dir, done_steps, a->seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS,
-                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, OPTIMIZER, run,
+                           step_tensors, N_TENSORS, EXPERTS_PER_RANK, MODEL_NAME, MODEL_KEYS, OPTIMIZER, run,
                            a->kill_at_save == done_steps, err, sizeof err) != 0) {
     if (r->rank0)
       fprintf(stderr, "error: saving the checkpoint of step %ld: %s; the run stops, and its partial files are "

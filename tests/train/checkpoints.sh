@@ -6,7 +6,7 @@
 # 4) resumed in whole experts and back; a corrupt shard is refused with its name; non-finite
 # steps are skipped, and K in a row stop the run with the last good state saved; SIGUSR1 mid-run
 # saves and stops, and the resumed run equals the straight one (bitwise); --keep-checkpoints 2
-# keeps two
+# keeps two; a checkpoint of other model conventions (model_keys) resumes with a note
 #   usage: checkpoints.sh MTC SOURCE_DIR [sanitize]
 . "$(dirname "$0")/lib.sh"
 
@@ -31,6 +31,18 @@ echo "$out" | grep -q "resumed from .*step-00000003" || die "after the kill: $ou
 cmp -s <(strip "$work/straight.jsonl") <(strip "$work/killed.jsonl") &&
   echo "a save killed by SIGKILL resumes from the checkpoint before it, bit for bit, and metrics.jsonl reads as one run" ||
   die "after the kill, the metrics differ from the straight run's"
+# the manifest records the model's keys (model_keys): a checkpoint of other conventions (here
+# rope_theta, edited, with the manifest's checksum removed as an older mtc's) resumes with a note
+mkdir -p "$work/ckM" && cp -r "$work/ckA/step-00000005" "$work/ckM/" && python3 - "$work/ckM/step-00000005/manifest.json" <<'PY' ||
+import json, sys
+m = json.load(open(sys.argv[1])); assert "model.attention.rope_theta 10000, " in m["model_keys"]
+m["model_keys"] = m["model_keys"].replace("model.attention.rope_theta 10000, ", "model.attention.rope_theta 20000, ")
+del m["manifest_fnv1a64"]; json.dump(m, open(sys.argv[1], "w"))
+PY
+  die "the manifest has no model_keys with rope_theta 10000"
+out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2/build/train --data "$text" --metrics ckM.jsonl --steps 6 --checkpoint-dir "$work/ckM" 2>&1)
+echo "$out" | grep -q "^note: this run's settings differ from the checkpoint's: .*model.attention.rope_theta: 20000 in the checkpoint, 10000 now$" ||
+  die "a resume under another rope_theta: $out"
 # resharding: saved on 4 ranks, resumed on 2
 build c4 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 --set plan.ep=2 || exit 1
 build c2e1 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 --set plan.ep=1 || exit 1

@@ -6,7 +6,8 @@
 # shared expert (qwen2_moe, also from an EP 2 checkpoint), mla with and without q-LoRA
 # (deepseek_v3: the RoPE rows interleaved, as rope_interleave true reads them) as Hugging Face
 # directories: the family's names, the same values, a config.json that import-hf reads; a model
-# no family expresses and another spec's checkpoint are refused, writing nothing
+# no family expresses, another spec's checkpoint and a spec of other conventions (rope_theta,
+# norm_eps, ...: the manifest's model_keys) are refused, writing nothing
 #   usage: export.sh MTC SOURCE_DIR [sanitize]
 . "$(dirname "$0")/lib.sh"
 
@@ -38,6 +39,25 @@ hf_spec() { # NAME SPEC FAMILY SETS...: 1 rank, 3 steps, export --spec, check na
 hf_spec hf-gpt2 "$src/tests/specs/gpt2-style.yaml" gpt2 --set training.seq_len=32
 hf_spec hf-mixtral "$src/tests/specs/calib-moe.yaml" mixtral --set model.layers=2 --set model.moe.experts=4
 hf_spec hf-qwen2 "$tiny" qwen2_moe --set model.moe.shared_expert_gate=true --set model.layers=2
+# a spec that differs from the trained model beyond shapes (black-box row 3): refused, naming each
+# key, nothing written; a checkpoint of an mtc before model_keys: a note, and the export
+q2=("${small[@]}" --set training.steps=3 --set cluster.gpus_per_node=1 --set plan.fsdp=1
+    --set model.moe.shared_expert_gate=true --set model.layers=2)
+out=$("$mtc" export "$work/ck-hf-qwen2" "$work/hf-conv" --spec "$tiny" "${q2[@]}" --set model.attention.rope_theta=500000 \
+  --set model.moe.norm_topk_prob=false --set model.norm_eps=0.01 2>&1); rc=$?
+[ $rc -eq 2 ] && [ ! -e "$work/hf-conv" ] &&
+  echo "$out" | grep -qF "the model was trained with other keys than $tiny gives: model.norm_eps: 1e-05 in the checkpoint, 0.01 in the spec; model.attention.rope_theta: 10000 in the checkpoint, 500000 in the spec; model.moe.norm_topk_prob: true in the checkpoint, false in the spec;" &&
+  echo "$out" | grep -qF "or add --set model.norm_eps=1e-05 --set model.attention.rope_theta=10000 --set model.moe.norm_topk_prob=true" ||
+  die "export --spec with other conventions than the trained model's: exit $rc, $out"
+cp -r "$work/ck-hf-qwen2/step-00000003" "$work/ck-old"
+python3 - "$work/ck-old/manifest.json" <<'PY' || die "editing the manifest"
+import json, sys
+m = json.load(open(sys.argv[1])); del m["model_keys"], m["manifest_fnv1a64"]; json.dump(m, open(sys.argv[1], "w"))
+PY
+out=$("$mtc" export "$work/ck-old" "$work/hf-old" --spec "$tiny" "${q2[@]}" 2>&1); rc=$?
+[ $rc -eq 0 ] && [ -s "$work/hf-old/config.json" ] &&
+  echo "$out" | grep -q "^note: .*ck-old/manifest.json does not record the model's keys" ||
+  die "export of a checkpoint without model_keys: exit $rc, $out"
 # DeepSeek-V3 (MLA with and without q-LoRA): the RoPE rows written interleaved (rope_interleave true)
 dsx=(--set model.moe.router=sigmoid --set model.moe.router_bias=true --set model.moe.load_balance=aux_free)
 hf_spec hf-dsv3 "$src/tests/specs/mla.yaml" deepseek_v3 "${dsx[@]}" --set model.attention.q_lora_rank=12
