@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "6b968950859a63b0"
+#define PLAN_HASH "5264bb5f675a6924"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
@@ -50,7 +50,7 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 3.648982e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 792.534 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 807.049 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
 #define PLAN_HBM_BYTES 91192368640 /* the plan's packed HBM arena per GPU (plan.json memory) */
