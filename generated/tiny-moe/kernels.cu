@@ -1522,7 +1522,7 @@ using namespace nvcuda;
 #define FLASH_PREP_THREADS 128 // one warp per (token, head)
 #define FLASH_PREP_BLOCKS (TOKENS * HEADS / (FLASH_PREP_THREADS / 32))
 #define FLASH_DQ_GRID SEQ_LEN / FLASH_BQ, HEADS, FLASH_BATCH
-#define FLASH_DQ_SMEM (2 * FLASH_BB * FLASH_LD * 2 + FLASH_WARPS * 16 * (FLASH_BSLD * 4 + FLASH_BPLD * 2 + 8))
+#define FLASH_DQ_SMEM (2 * FLASH_BB * FLASH_LD * 2 + FLASH_WARPS * 16 * (FLASH_BSLD * 4 + FLASH_BPLD * 2 + 12))
 #define FLASH_DKV_GRID CP_SEQ_LEN / FLASH_BQ, KV_HEADS, FLASH_BATCH // at most: the host launches the key tiles
                                                                  // up to the last position, ceil((hi + SEQ_LEN / 2) / 64)
 #define FLASH_DKV_SMEM \
