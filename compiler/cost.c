@@ -2,9 +2,10 @@
  *
  * Kernels: each op's forward and backward seconds come from cost_kernel.c (GEMMs with their
  * shapes, flash attention, memory-bound work by the bytes the stack's kernels move).
- * Collectives: ring cost, bytes × (g − 1) / g over the slowest link the group crosses (NVLink
- * inside a node, InfiniBand per GPU between nodes) × network efficiency (Patarasuk & Yuan,
- * "Bandwidth optimal all-reduce algorithms", 2009; NCCL's busbw convention).
+ * Collectives: ring cost, bytes × (g − 1) / g over the group's bus bandwidth (group_bw: NVLink
+ * inside a node; between nodes the NICs of the group's GPUs in a node, one ring per rail) ×
+ * network efficiency (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms", 2009; NCCL's
+ * busbw convention).
  * Overlap: a two-stream simulation per pass — the all-gather of layer i+depth runs while layer
  * i computes, once a gathered buffer is free; the MoE all-to-all runs on the compute stream
  * (exposed). Offload copies overlap compute layer by layer on NVLink-C2C. */
@@ -19,11 +20,22 @@
  * node: an NVLink 4 link between every pair) a GPU drives its g − 1 pair links to the group
  * at once (NCCL runs several rings; an all-to-all sends to every peer in parallel), g − 1 ×
  * links.nvlink; behind an NVSwitch every GPU reaches every other through the switch at its
- * full NVLink bandwidth, links.nvlink whatever g. Between nodes its share of the InfiniBand
- * rails is the limit. */
+ * full NVLink bandwidth, links.nvlink whatever g. Between nodes NCCL runs one ring per channel,
+ * the channels spread over the node's NICs (rails): each ring crosses each node boundary once,
+ * on one NIC, and carries its share of the data, so the m GPUs of the group in a node send their
+ * node's inter-node traffic over m NICs at once while the rings' hops inside the node ride
+ * NVLink: the bus bandwidth is min(m × links.internode, the node's NVLink bandwidth as above). Measured: NCCL all-reduce
+ * busbw about 350 GB/s over 248 nodes of 8 H200 with 8 × 400 Gb/s NICs (NVIDIA/nccl-tests
+ * issue 283), all-gather about 200 GB/s over 32 nodes of 8 H100 (NVIDIA/nccl issue 1218), against
+ * 50 GB/s for one NIC; the fidelity rows of 32 to 128 GPUs (tests/specs/fidelity) agree. */
 static double group_bw(const Spec *s, int64_t g, int64_t stride) {
   const ClusterSpec *c = &s->cluster;
-  if (g * stride > c->gpus_per_node) return c->links.internode * c->efficiency.network;
+  if (g * stride > c->gpus_per_node) {
+    int64_t m = stride < c->gpus_per_node ? c->gpus_per_node / stride : 1; /* the group's GPUs in a node */
+    double ib = (double)m * c->links.internode;
+    double nv = (c->links.topology == TOPO_NVSWITCH || m < 3 ? 1 : (double)(m - 1)) * c->links.nvlink;
+    return (ib < nv ? ib : nv) * c->efficiency.network;
+  }
   double links = c->links.topology == TOPO_NVSWITCH ? 1 : (double)(g > 1 ? g - 1 : 1);
   return links * c->links.nvlink * c->efficiency.network;
 }

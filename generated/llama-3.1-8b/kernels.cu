@@ -699,7 +699,9 @@ extern "C" __global__ void rope_strided(act *x, int heads, int stride, int rd, f
 // the whole sequences (all-gathered over the cp group); the query at position p attends to keys
 // 0..p. Without context parallelism CP_SEQ_LEN is SEQ_LEN, and lo 0, hi SEQ_LEN / 2 is the plain
 // causal layout. Warp-per-row kernels as attention_forward's (block 128 = 4 warps); lse and delta
-// (TOKENS, HEADS) as theirs.
+// (TOKENS, HEADS) as theirs. The tiled tensor-core kernels of 80-flash.cu take the same lo, hi and
+// layouts (the host prefers them where kernels.cu has them: runtime/cuda/ops_cp.c); these serve
+// the shapes they do not (MLA's unequal head dims, SEQ_LEN no multiple of 64).
 #ifndef CP_SEQ_LEN
 #define CP_SEQ_LEN SEQ_LEN
 #endif
@@ -1477,18 +1479,26 @@ extern "C" __global__ void seq_aux_loss_sum(float *out, const float *stats, int 
 // the log-sum-exp are fp32, per warp through shared memory (the fragments' element layout is
 // unspecified, so it is never assumed: the rows of accumulator elements are read off a fragment
 // loaded from a matrix of row numbers, acc_rows). P and dS are rounded to bf16 for their products,
-// as in FlashAttention. Causal: query t sees keys j <= t of its own sequence; tiles entirely
-// above the diagonal are never visited, the diagonal ones are masked elementwise.
+// as in FlashAttention.
+// One description for both layouts of 45-context.cu: the queries are a rank's SEQ_LEN tokens of
+// each sequence in two chunks of SEQ_LEN / 2 at positions lo.. and hi.. (span_pos), the keys and
+// values the whole sequence's CP_SEQ_LEN tokens; the query at position p sees keys 0..p. Without
+// context parallelism lo = 0, hi = SEQ_LEN / 2, CP_SEQ_LEN = SEQ_LEN: the plain causal attention.
+// Tiles entirely after a row block's last position are never visited, the others are masked
+// elementwise at each row's own position (a tile of 64 queries may straddle the two chunks when
+// SEQ_LEN / 2 is no multiple of 64; span_pos is non-decreasing in t since hi >= lo + SEQ_LEN / 2).
 //   forward:  out, lse (overwritten)            flash_attention_forward
 //   backward: delta = rowsum(dout · out)        flash_attention_backward_prep
 //             dq = scale · dS K                 flash_attention_backward_dq  (query tiles)
 //             dk = scale · dSᵀ Q, dv = Pᵀ dO    flash_attention_backward_dkv (key tiles, all GROUP heads)
-//   (dq, dk, dv overwritten: mtrt_ops.h's rt_attention_backward writes them)
+//   (dq, dk, dv written when add is 0: mtrt_ops.h's rt_attention_backward; added to when add is 1:
+//   rt_attention_span_backward)
 //   with P = exp(scale · Q Kᵀ − lse), dS = P ⊙ (dO Vᵀ − delta).
 // All shared memory is static (< 48 KB; launch with 0 dynamic bytes). Needs sm_80+ (bf16 wmma).
 // The kernels exist where HAVE_FLASH_ATTENTION is defined: head_dim a multiple of 16 up to 128,
-// the value head size equal to it (not MLA's), seq_len a multiple of FLASH_BQ; elsewhere (or when a name lookup fails) the host keeps the
-// warp-per-row kernels above.
+// the value head size equal to it (not MLA's), seq_len (a rank's) a multiple of FLASH_BQ, so that
+// each chunk of SEQ_LEN / 2 is a whole number of the backward's FLASH_BB steps; elsewhere (or when
+// a name lookup fails) the host keeps the warp-per-row kernels of 40-attention.cu and 45-context.cu.
 #define FLASH_BQ 64    // rows per block: queries (forward, dq) or keys (dkv); 16 per warp
 #define FLASH_BK 64    // keys per step of the forward loop
 #define FLASH_BB 32    // per step of the backward loops: keys (dq) or queries (dkv); one per lane
@@ -1512,8 +1522,9 @@ using namespace nvcuda;
 #define FLASH_PREP_THREADS 128 // one warp per (token, head)
 #define FLASH_PREP_BLOCKS (TOKENS * HEADS / (FLASH_PREP_THREADS / 32))
 #define FLASH_DQ_GRID SEQ_LEN / FLASH_BQ, HEADS, FLASH_BATCH
-#define FLASH_DQ_SMEM (2 * FLASH_BB * FLASH_LD * 2 + FLASH_WARPS * 16 * (FLASH_BSLD * 4 + FLASH_BPLD * 2 + 8))
-#define FLASH_DKV_GRID SEQ_LEN / FLASH_BQ, KV_HEADS, FLASH_BATCH
+#define FLASH_DQ_SMEM (2 * FLASH_BB * FLASH_LD * 2 + FLASH_WARPS * 16 * (FLASH_BSLD * 4 + FLASH_BPLD * 2 + 12))
+#define FLASH_DKV_GRID CP_SEQ_LEN / FLASH_BQ, KV_HEADS, FLASH_BATCH // at most: the host launches the key tiles
+                                                                 // up to the last position, ceil((hi + SEQ_LEN / 2) / 64)
 #define FLASH_DKV_SMEM \
   (2 * FLASH_BB * FLASH_LD * 2 + FLASH_WARPS * 16 * (FLASH_BSLD * 4 + 2 * FLASH_BPLD * 2) + 8 * FLASH_BB)
 static_assert(FLASH_BQ == 2 * FLASH_BB && FLASH_BK == FLASH_BQ && FLASH_BB == 32, "flash tiles");
@@ -1575,16 +1586,18 @@ __device__ __forceinline__ void flash_write(act *dst, size_t dst_ld, Acc *a, flo
 // qt (the last first: the longest rows start first) of head h in sequence b; warp w its rows
 // 16w..16w+15, Q in registers, O in fp32 accumulators, the running max m and sum l per row held
 // by the lane pair that owns the row in the softmax (row lane / 2, columns half (lane % 2)).
+// q, k, v rows qld, kld, vld values apart; the chunks at positions lo, hi (span_pos).
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_forward(act *out, float *lse, const act *q, const act *k, const act *v, int qld, int kld,
-                            int vld) {
+                            int vld, long long lo, long long hi) {
   __shared__ __align__(128) bf16 kv[FLASH_BK * FLASH_LD]; // the Q tile, then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_SLD]; // scores S (16, FLASH_BK)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_PLD];   // probabilities P (16, FLASH_BK)
   __shared__ float rowv[FLASH_WARPS][16];                           // per row: rescale, then 1 / l
   int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, kvh = h / GROUP, w = threadIdx.x / 32, lane = threadIdx.x % 32;
   int q0 = qt * FLASH_BQ, r = lane / 2, half = lane % 2, t = q0 + 16 * w + r; // t: this lane's query
-  size_t tok0 = (size_t)blockIdx.z * SEQ_LEN;                                 // the sequence's first token
+  int pos = (int)span_pos(t, lo, hi), last = (int)span_pos(q0 + FLASH_BQ - 1, lo, hi); // its position; the tile's last
+  size_t tok0 = (size_t)blockIdx.z * SEQ_LEN, key0 = (size_t)blockIdx.z * CP_SEQ_LEN; // the sequence's first query, key
   const float scale = rsqrtf((float)HEAD_DIM);
   float *S = scr[w], *rv = rowv[w];
   bf16 *P = pb[w];
@@ -1600,10 +1613,9 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     wmma::fill_fragment(o[d], 0.f);
   }
   float m = NEG_INF, l = 0;
-  for (int kt = 0; kt <= qt; kt++) {
-    int k0 = kt * FLASH_BK;
+  for (int k0 = 0; k0 <= last; k0 += FLASH_BK) {
     __syncthreads(); // every warp is done with kv (Q, or V of the last step)
-    flash_load(kv, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BK);
+    flash_load(kv, k + (key0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BK);
     __syncthreads();
     // S (16, FLASH_BK) = Q_w Kᵀ
 #pragma unroll
@@ -1619,17 +1631,18 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
       wmma::store_matrix_sync(S + 16 * n, s, FLASH_SLD, wmma::mem_row_major);
     }
     __syncwarp();
-    // online softmax of row r over keys j0..j0 + FLASH_BK / 2 - 1 (masked: j > t)
+    // online softmax of row r over keys j0..j0 + FLASH_BK / 2 - 1 (masked: j > pos)
     const float *sr = S + r * FLASH_SLD + half * (FLASH_BK / 2);
     int j0 = k0 + half * (FLASH_BK / 2);
     float mx = NEG_INF, sum = 0;
     for (int c = 0; c < FLASH_BK / 2; c++)
-      if (j0 + c <= t) mx = fmaxf(mx, sr[c]);
+      if (j0 + c <= pos) mx = fmaxf(mx, sr[c]);
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    // mn is finite from the first step on (key 0 <= t is in it), where corr = exp(-inf) = 0
+    // mn is finite from the first step on (key 0 <= pos is in it), where corr = exp(-inf) = 0; a
+    // later step with every key after pos keeps m (corr 1, p 0)
     float mn = fmaxf(m, scale * mx), corr = __expf(m - mn);
     for (int c = 0; c < FLASH_BK / 2; c++) {
-      float p = j0 + c <= t ? __expf(scale * sr[c] - mn) : 0.f;
+      float p = j0 + c <= pos ? __expf(scale * sr[c] - mn) : 0.f;
       sum += p;
       P[r * FLASH_PLD + half * (FLASH_BK / 2) + c] = __float2bfloat16(p);
     }
@@ -1642,7 +1655,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
 #pragma unroll
       for (int i = 0; i < ACC_N; i++) o[d].x[i] *= rv[rows[i]];
     __syncthreads(); // every warp is done with K
-    flash_load(kv, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BK);
+    flash_load(kv, v + (key0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BK);
     __syncthreads();
     // O += P V
     FragA pf[FLASH_BK / 16];
@@ -1682,24 +1695,28 @@ extern "C" __global__ void flash_attention_backward_prep(float *delta, const act
 // dq = scale · dS K: grid (SEQ_LEN / FLASH_BQ, HEADS, TOKENS / SEQ_LEN) = FLASH_DQ_GRID, block
 // FLASH_THREADS, static shared memory FLASH_DQ_SMEM bytes. Block (x, h, b): the queries of tile
 // qt (the last first) of head h in sequence b, over the key steps of FLASH_BB keys up to the
-// diagonal; warp w its rows 16w..16w+15 (Q, dO in registers, dQ in fp32 accumulators); in the
-// elementwise passes lane = key column, looping over the warp's 16 rows.
+// tile's last position; warp w its rows 16w..16w+15 (Q, dO in registers, dQ in fp32
+// accumulators); in the elementwise passes lane = key column, looping over the warp's 16 rows.
+// Layouts, lo and hi as flash_attention_forward's; dq written (add 0) or added to (add 1).
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dq(act *dq, const act *dout, const act *q, const act *k, const act *v, const float *lse,
-                                const float *delta, int qld, int kld, int vld) {
+                                const float *delta, int qld, int kld, int vld, long long lo, long long hi, int add) {
   __shared__ __align__(128) bf16 kvs[2 * FLASH_BB * FLASH_LD]; // the Q, then dO tile; then K and V of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // S, then dP (16, FLASH_BB)
   __shared__ __align__(128) bf16 dsb[FLASH_WARPS][16 * FLASH_BPLD];  // scale · dS (16, FLASH_BB)
   __shared__ float rowl[FLASH_WARPS][16], rowd[FLASH_WARPS][16];     // lse, delta of the warp's rows
+  __shared__ int rowp[FLASH_WARPS][16];                              // their positions
   int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, kvh = h / GROUP, w = threadIdx.x / 32, lane = threadIdx.x % 32;
   int q0 = qt * FLASH_BQ, tw = q0 + 16 * w; // tw: the warp's first query
-  size_t tok0 = (size_t)blockIdx.z * SEQ_LEN;
+  int last = (int)span_pos(q0 + FLASH_BQ - 1, lo, hi), wlast = (int)span_pos(tw + 15, lo, hi); // block's, warp's last position
+  size_t tok0 = (size_t)blockIdx.z * SEQ_LEN, key0 = (size_t)blockIdx.z * CP_SEQ_LEN;
   const float scale = rsqrtf((float)HEAD_DIM);
   bf16 *ks = kvs, *vs = kvs + FLASH_BB * FLASH_LD, *DS = dsb[w];
   float *S = scr[w];
   if (lane < 16) {
     rowl[w][lane] = lse[(tok0 + tw + lane) * HEADS + h];
     rowd[w][lane] = delta[(tok0 + tw + lane) * HEADS + h];
+    rowp[w][lane] = (int)span_pos(tw + lane, lo, hi);
   }
   FragA qf[HEAD_DIM / 16], of[HEAD_DIM / 16];
   Acc acc[HEAD_DIM / 16];
@@ -1715,12 +1732,12 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     wmma::load_matrix_sync(of[d], kvs + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
     wmma::fill_fragment(acc[d], 0.f);
   }
-  for (int k0 = 0; k0 < q0 + FLASH_BQ; k0 += FLASH_BB) {
+  for (int k0 = 0; k0 <= last; k0 += FLASH_BB) {
     __syncthreads(); // every warp is done with kvs
-    flash_load(ks, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BB);
-    flash_load(vs, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BB);
+    flash_load(ks, k + (key0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BB);
+    flash_load(vs, v + (key0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BB);
     __syncthreads();
-    if (k0 > tw + 15) continue; // every key of the step is after the warp's queries
+    if (k0 > wlast) continue; // every key of the step is after the warp's queries
     // S (16, FLASH_BB) = Q_w Kᵀ, then P = exp(scale · S − lse) of column j = k0 + lane
 #pragma unroll
     for (int n = 0; n < FLASH_BB / 16; n++) {
@@ -1738,7 +1755,7 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     int j = k0 + lane;
     float p[16];
 #pragma unroll
-    for (int r = 0; r < 16; r++) p[r] = j <= tw + r ? __expf(scale * S[r * FLASH_BSLD + lane] - rowl[w][r]) : 0.f;
+    for (int r = 0; r < 16; r++) p[r] = j <= rowp[w][r] ? __expf(scale * S[r * FLASH_BSLD + lane] - rowl[w][r]) : 0.f;
     __syncwarp();
     // dP (16, FLASH_BB) = dO_w Vᵀ, then scale · dS = scale · P (dP − delta)
 #pragma unroll
@@ -1771,19 +1788,24 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
         wmma::mma_sync(acc[d], df[c], kb, acc[d]);
       }
   }
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dq + (tok0 + tw) * qld + h * HEAD_DIM, qld, acc, S,
-                                                 FLASH_BSLD);
+  act *dst = dq + (tok0 + tw) * qld + h * HEAD_DIM;
+  if (add) flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dst, qld, acc, S, FLASH_BSLD);
+  else flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dst, qld, acc, S, FLASH_BSLD);
 }
 
-// dk = scale · dSᵀ Q, dv = Pᵀ dO (written): grid (SEQ_LEN / FLASH_BQ, KV_HEADS, TOKENS / SEQ_LEN) =
-// FLASH_DKV_GRID, block FLASH_THREADS, static shared memory FLASH_DKV_SMEM bytes. Block (x, g, b):
-// the keys of tile x of KV head g in sequence b, over the GROUP query heads that read it and, for
-// each, the query steps of FLASH_BB queries from the diagonal on; warp w its keys 16w..16w+15 (K,
-// V in registers, dK, dV in fp32 accumulators). Everything is transposed (keys are rows): Sᵀ =
-// K Qᵀ, dPᵀ = V dOᵀ; in the elementwise passes lane = query column, looping over the 16 keys.
+// dk = scale · dSᵀ Q, dv = Pᵀ dO (B, CP_SEQ_LEN, ...: the whole sequences' keys; written when add is
+// 0, added to when 1): grid (ceil((hi + SEQ_LEN / 2) / FLASH_BQ), KV_HEADS, TOKENS / SEQ_LEN), at
+// most FLASH_DKV_GRID (the tiles after the last position have no queries), block FLASH_THREADS,
+// static shared memory FLASH_DKV_SMEM bytes. Block (x, g, b): the keys of tile x of KV head g in
+// sequence b, over the GROUP query heads that read it and, for each, the query steps of FLASH_BB
+// of this rank's queries (within one chunk) from the tile's first key on; warp w its keys
+// 16w..16w+15 (K, V in registers, dK, dV in fp32 accumulators). Everything is transposed (keys
+// are rows): Sᵀ = K Qᵀ, dPᵀ = V dOᵀ; in the elementwise passes lane = query column, looping over
+// the 16 keys. Layouts, lo and hi as flash_attention_forward's.
 extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_dkv(act *dk, act *dv, const act *dout, const act *q, const act *k, const act *v,
-                                 const float *lse, const float *delta, int qld, int kld, int vld) {
+                                 const float *lse, const float *delta, int qld, int kld, int vld, long long lo,
+                                 long long hi, int add) {
   __shared__ __align__(128) bf16 qds[2 * FLASH_BB * FLASH_LD]; // the K, then V tile; then Q and dO of each step
   __shared__ __align__(128) float scr[FLASH_WARPS][16 * FLASH_BSLD]; // Sᵀ, then dPᵀ (16, FLASH_BB)
   __shared__ __align__(128) bf16 pb[FLASH_WARPS][16 * FLASH_BPLD];   // Pᵀ (16, FLASH_BB)
@@ -1791,18 +1813,18 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
   __shared__ float tl[FLASH_BB], td[FLASH_BB];                       // lse, delta of the step's queries
   int kvh = blockIdx.y, w = threadIdx.x / 32, lane = threadIdx.x % 32;
   int k0 = blockIdx.x * FLASH_BQ, jw = k0 + 16 * w; // jw: the warp's first key
-  size_t tok0 = (size_t)blockIdx.z * SEQ_LEN;
+  size_t tok0 = (size_t)blockIdx.z * SEQ_LEN, key0 = (size_t)blockIdx.z * CP_SEQ_LEN;
   const float scale = rsqrtf((float)HEAD_DIM);
   bf16 *qs = qds, *dos = qds + FLASH_BB * FLASH_LD, *P = pb[w], *DS = dsb[w];
   float *S = scr[w];
   FragA kf[HEAD_DIM / 16], vf[HEAD_DIM / 16];
   Acc dka[HEAD_DIM / 16], dva[HEAD_DIM / 16];
-  flash_load(qds, k + (tok0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BQ);
+  flash_load(qds, k + (key0 + k0) * kld + kvh * HEAD_DIM, kld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) wmma::load_matrix_sync(kf[d], qds + 16 * w * FLASH_LD + 16 * d, FLASH_LD);
   __syncthreads();
-  flash_load(qds, v + (tok0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BQ);
+  flash_load(qds, v + (key0 + k0) * vld + kvh * HEAD_DIM, vld, FLASH_BQ);
   __syncthreads();
 #pragma unroll
   for (int d = 0; d < HEAD_DIM / 16; d++) {
@@ -1811,75 +1833,86 @@ extern "C" __global__ void __launch_bounds__(FLASH_THREADS)
     wmma::fill_fragment(dva[d], 0.f);
   }
   for (int h = kvh * GROUP; h < (kvh + 1) * GROUP; h++)
-    for (int q0 = k0; q0 < SEQ_LEN; q0 += FLASH_BB) {
-      __syncthreads(); // every warp is done with qds, tl, td
-      flash_load(qs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BB);
-      flash_load(dos, dout + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
-      if (threadIdx.x < FLASH_BB) {
-        tl[threadIdx.x] = lse[(tok0 + q0 + threadIdx.x) * HEADS + h];
-        td[threadIdx.x] = delta[(tok0 + q0 + threadIdx.x) * HEADS + h];
-      }
-      __syncthreads();
-      if (q0 + FLASH_BB - 1 < jw) continue; // every query of the step is before the warp's keys
-      // Sᵀ (16, FLASH_BB) = K_w Qᵀ, then Pᵀ = exp(scale · Sᵀ − lse) of column t = q0 + lane
-#pragma unroll
-      for (int n = 0; n < FLASH_BB / 16; n++) {
-        Acc s;
-        wmma::fill_fragment(s, 0.f);
-#pragma unroll
-        for (int d = 0; d < HEAD_DIM / 16; d++) {
-          FragBt qb;
-          wmma::load_matrix_sync(qb, qs + 16 * n * FLASH_LD + 16 * d, FLASH_LD);
-          wmma::mma_sync(s, kf[d], qb, s);
+    for (int ch = 0; ch < 2; ch++) {
+      // chunk ch: local queries c0.. at positions p0..; its steps from the one holding position k0
+      int c0 = ch * (SEQ_LEN / 2), p0 = (int)(ch ? hi : lo), from = k0 > p0 ? (k0 - p0) / FLASH_BB * FLASH_BB : 0;
+      for (int q0 = c0 + from; q0 < c0 + SEQ_LEN / 2; q0 += FLASH_BB) {
+        int t0 = p0 + (q0 - c0); // the step's first position
+        __syncthreads(); // every warp is done with qds, tl, td
+        flash_load(qs, q + (tok0 + q0) * qld + h * HEAD_DIM, qld, FLASH_BB);
+        flash_load(dos, dout + ((tok0 + q0) * HEADS + h) * HEAD_DIM, HEADS * HEAD_DIM, FLASH_BB);
+        if (threadIdx.x < FLASH_BB) {
+          tl[threadIdx.x] = lse[(tok0 + q0 + threadIdx.x) * HEADS + h];
+          td[threadIdx.x] = delta[(tok0 + q0 + threadIdx.x) * HEADS + h];
         }
-        wmma::store_matrix_sync(S + 16 * n, s, FLASH_BSLD, wmma::mem_row_major);
-      }
-      __syncwarp();
-      int t = q0 + lane;
-      float p[16], L = tl[lane], D = td[lane];
+        __syncthreads();
+        if (t0 + FLASH_BB - 1 < jw) continue; // every query of the step is before the warp's keys
+        // Sᵀ (16, FLASH_BB) = K_w Qᵀ, then Pᵀ = exp(scale · Sᵀ − lse) of the query at position t0 + lane
 #pragma unroll
-      for (int r = 0; r < 16; r++) {
-        p[r] = jw + r <= t ? __expf(scale * S[r * FLASH_BSLD + lane] - L) : 0.f;
-        P[r * FLASH_BPLD + lane] = __float2bfloat16(p[r]);
-      }
-      __syncwarp();
-      // dPᵀ (16, FLASH_BB) = V_w dOᵀ, then scale · dSᵀ = scale · Pᵀ (dPᵀ − delta)
+        for (int n = 0; n < FLASH_BB / 16; n++) {
+          Acc s;
+          wmma::fill_fragment(s, 0.f);
 #pragma unroll
-      for (int n = 0; n < FLASH_BB / 16; n++) {
-        Acc s;
-        wmma::fill_fragment(s, 0.f);
-#pragma unroll
-        for (int d = 0; d < HEAD_DIM / 16; d++) {
-          FragBt ob;
-          wmma::load_matrix_sync(ob, dos + 16 * n * FLASH_LD + 16 * d, FLASH_LD);
-          wmma::mma_sync(s, vf[d], ob, s);
+          for (int d = 0; d < HEAD_DIM / 16; d++) {
+            FragBt qb;
+            wmma::load_matrix_sync(qb, qs + 16 * n * FLASH_LD + 16 * d, FLASH_LD);
+            wmma::mma_sync(s, kf[d], qb, s);
+          }
+          wmma::store_matrix_sync(S + 16 * n, s, FLASH_BSLD, wmma::mem_row_major);
         }
-        wmma::store_matrix_sync(S + 16 * n, s, FLASH_BSLD, wmma::mem_row_major);
-      }
-      __syncwarp();
+        __syncwarp();
+        int t = t0 + lane; // this lane's query's position
+        float p[16], L = tl[lane], D = td[lane];
 #pragma unroll
-      for (int r = 0; r < 16; r++)
-        DS[r * FLASH_BPLD + lane] = __float2bfloat16(scale * p[r] * (S[r * FLASH_BSLD + lane] - D));
-      __syncwarp();
-      // dV_w += Pᵀ dO, dK_w += (scale · dSᵀ) Q
-      FragA pf[FLASH_BB / 16], df[FLASH_BB / 16];
+        for (int r = 0; r < 16; r++) {
+          p[r] = jw + r <= t ? __expf(scale * S[r * FLASH_BSLD + lane] - L) : 0.f;
+          P[r * FLASH_BPLD + lane] = __float2bfloat16(p[r]);
+        }
+        __syncwarp();
+        // dPᵀ (16, FLASH_BB) = V_w dOᵀ, then scale · dSᵀ = scale · Pᵀ (dPᵀ − delta)
 #pragma unroll
-      for (int c = 0; c < FLASH_BB / 16; c++) {
-        wmma::load_matrix_sync(pf[c], P + 16 * c, FLASH_BPLD);
-        wmma::load_matrix_sync(df[c], DS + 16 * c, FLASH_BPLD);
-      }
+        for (int n = 0; n < FLASH_BB / 16; n++) {
+          Acc s;
+          wmma::fill_fragment(s, 0.f);
 #pragma unroll
-      for (int d = 0; d < HEAD_DIM / 16; d++)
+          for (int d = 0; d < HEAD_DIM / 16; d++) {
+            FragBt ob;
+            wmma::load_matrix_sync(ob, dos + 16 * n * FLASH_LD + 16 * d, FLASH_LD);
+            wmma::mma_sync(s, vf[d], ob, s);
+          }
+          wmma::store_matrix_sync(S + 16 * n, s, FLASH_BSLD, wmma::mem_row_major);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int r = 0; r < 16; r++)
+          DS[r * FLASH_BPLD + lane] = __float2bfloat16(scale * p[r] * (S[r * FLASH_BSLD + lane] - D));
+        __syncwarp();
+        // dV_w += Pᵀ dO, dK_w += (scale · dSᵀ) Q
+        FragA pf[FLASH_BB / 16], df[FLASH_BB / 16];
 #pragma unroll
         for (int c = 0; c < FLASH_BB / 16; c++) {
-          FragB ob, qb;
-          wmma::load_matrix_sync(ob, dos + 16 * c * FLASH_LD + 16 * d, FLASH_LD);
-          wmma::mma_sync(dva[d], pf[c], ob, dva[d]);
-          wmma::load_matrix_sync(qb, qs + 16 * c * FLASH_LD + 16 * d, FLASH_LD);
-          wmma::mma_sync(dka[d], df[c], qb, dka[d]);
+          wmma::load_matrix_sync(pf[c], P + 16 * c, FLASH_BPLD);
+          wmma::load_matrix_sync(df[c], DS + 16 * c, FLASH_BPLD);
         }
+#pragma unroll
+        for (int d = 0; d < HEAD_DIM / 16; d++)
+#pragma unroll
+          for (int c = 0; c < FLASH_BB / 16; c++) {
+            FragB ob, qb;
+            wmma::load_matrix_sync(ob, dos + 16 * c * FLASH_LD + 16 * d, FLASH_LD);
+            wmma::mma_sync(dva[d], pf[c], ob, dva[d]);
+            wmma::load_matrix_sync(qb, qs + 16 * c * FLASH_LD + 16 * d, FLASH_LD);
+            wmma::mma_sync(dka[d], df[c], qb, dka[d]);
+          }
+      }
     }
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dk + (tok0 + jw) * kld + kvh * HEAD_DIM, kld, dka, S, FLASH_BSLD);
-  flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dv + (tok0 + jw) * vld + kvh * HEAD_DIM, vld, dva, S, FLASH_BSLD);
+  act *dkw = dk + (key0 + jw) * kld + kvh * HEAD_DIM, *dvw = dv + (key0 + jw) * vld + kvh * HEAD_DIM;
+  if (add) {
+    flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dkw, kld, dka, S, FLASH_BSLD);
+    flash_write<HEAD_DIM / 16, FLASH_BB / 16, true>(dvw, vld, dva, S, FLASH_BSLD);
+  } else {
+    flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dkw, kld, dka, S, FLASH_BSLD);
+    flash_write<HEAD_DIM / 16, FLASH_BB / 16, false>(dvw, vld, dva, S, FLASH_BSLD);
+  }
 }
 #endif // HAVE_FLASH_ATTENTION

@@ -63,7 +63,7 @@
   "model.moe.topk_group 1, " \
   "model.moe.routed_scaling_factor 1"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "0621ebd4afaa3734"
+#define PLAN_HASH "a1e6b91f98255f04"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 32
 #define PLAN_FSDP 32
@@ -72,16 +72,16 @@
 /* context parallelism: each sequence split over PLAN_CP consecutive ranks of an FSDP group */
 #define PLAN_CP 1
 #define EXPERTS_PER_RANK 8
-#define CHECKPOINT_POLICY "full"
+#define CHECKPOINT_POLICY "selective"
 #define OPTIMIZER "adamw" /* muon: Muon for hidden matrices, AdamW for the rest */
 #define GRAD_REDUCE_DTYPE "bf16"
 /* training */
 #define GLOBAL_BATCH 256
-#define MICRO_BATCH 4
-#define ACCUM 2
+#define MICRO_BATCH 1
+#define ACCUM 8
 #define SEQ_LEN 32768
 #define VOCAB 32000
-#define TOKENS 131072 /* per micro-batch and rank */
+#define TOKENS 32768 /* per micro-batch and rank */
 /* model shapes the cuda runtime sizes its scratch and builds its attention plans by (kernels.cu has them all) */
 #define HIDDEN 4096
 #define HEADS 32
@@ -93,8 +93,8 @@
 #define EXPERTS 8
 #define TOP_K 2
 #define AUX_FREE 0
-#define MOE_CAP_ROWS 262144 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
-#define MOE_MEAN_ROWS 262144 /* rows a rank sends per MoE layer pass: tokens x top_k */
+#define MOE_CAP_ROWS 65536 /* rows a rank's experts take per all-to-all round (moe_imbalance x tokens x top_k) */
+#define MOE_MEAN_ROWS 65536 /* rows a rank sends per MoE layer pass: tokens x top_k */
 #define EXPERT_LOOP_ROWS 8 /* the experts' GEMMs: one cuBLAS GEMM per expert over 4 streams when a pass's experts with rows average at least this many, else one grouped call (0: always grouped; plan.txt's experts line) */
 #define TRAIN_STEPS 1000
 #define LR 0.0001
@@ -103,42 +103,42 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 1.022550e+11 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 3875.16 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 4140.77 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 85836819200 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 59860723968 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 85606581760 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 27647682816 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
 /* the state arena: 5837849088 elements of real (fp32 master shards, gradients, moments) in
- * host (Grace) memory; the optimizer step runs on the host CPU */
+ * device (HBM) memory; the optimizer step runs on the GPU */
 #define STATE_ELEMS 5837849088
-#define STATE_ON_HOST 1
-#define OPT_STEP_ON_HOST 1
+#define STATE_ON_HOST 0
+#define OPT_STEP_ON_HOST 0
 /* the plan's HBM tier but its state block and the items outside the program (reserves, the
- * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 23351396352 + 2 o of the tier (plan.json
  * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
  * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
  * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
 #define ARENA_ELEMS 0
 #define ARENA_SCRATCH 0
-#define ACT_ELEMS 40744186176
-#define ACT_SCRATCH 40744186176
-#define INPUTS 40743137536 /* [data.tokens] */
-#define TARGETS 40743399680 /* [data.tokens] */
+#define ACT_ELEMS 29766146752
+#define ACT_SCRATCH 29766146752
+#define INPUTS 29765884544 /* [data.tokens] */
+#define TARGETS 29765950080 /* [data.tokens] */
 /* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
  * shards, kept parameters); the rest is written by each micro-batch before it is read */
-#define STEP_LIVE_RANGES {{40743137536, 262144}, {40743399680, 262144}, {29267071104, 4096000}, {29271167104, 1312000}, {29272479104, 44040192}, {29316519296, 1312000}, {29317831296, 44040192}, {29361871488, 1312000}, {29363183488, 44040192}, {29407223680, 1312000}, {29408535680, 44040192}, {29452575872, 1312000}, {29453887872, 44040192}, {29497928064, 1312000}, {29499240064, 44040192}, {29543280256, 1312000}, {29544592256, 44040192}, {29588632448, 1312000}, {29589944448, 44040192}, {29633984640, 1312000}, {29635296640, 44040192}, {29679336832, 1312000}, {29680648832, 44040192}, {29724689024, 1312000}, {29726001024, 44040192}, {29770041216, 1312000}, {29771353216, 44040192}, {29815393408, 1312000}, {29816705408, 44040192}, {29860745600, 1312000}, {29862057600, 44040192}, {29906097792, 1312000}, {29907409792, 44040192}, {29951449984, 1312000}, {29952761984, 44040192}, {29996802176, 1312000}, {29998114176, 44040192}, {30042154368, 1312000}, {30043466368, 44040192}, {30087506560, 1312000}, {30088818560, 44040192}, {30132858752, 1312000}, {30134170752, 44040192}, {30178210944, 1312000}, {30179522944, 44040192}, {30223563136, 1312000}, {30224875136, 44040192}, {30268915328, 1312000}, {30270227328, 44040192}, {30314267520, 1312000}, {30315579520, 44040192}, {30359619712, 1312000}, {30360931712, 44040192}, {30404971904, 1312000}, {30406283904, 44040192}, {30450324096, 1312000}, {30451636096, 44040192}, {30495676288, 1312000}, {30496988288, 44040192}, {30541028480, 1312000}, {30542340480, 44040192}, {30586380672, 1312000}, {30587692672, 44040192}, {30631732864, 1312000}, {30633044864, 44040192}, {30677085056, 1312000}, {30678397056, 44040192}, {30722437248, 4096128}, {27661435008, 1605636096}}
-#define STEP_N_LIVE_RANGES 69
-#define STATE_STAGING 30726533376 /* GRAD0 (activation arena), free between steps: a state arena on the host
+#define STEP_LIVE_RANGES {{29765884544, 65536}, {29765950080, 65536}, {21677211776, 1605636096}}
+#define STEP_N_LIVE_RANGES 3
+#define STATE_STAGING 23282847872 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 1451270144
-#define HOST_ELEMS 27781825536 /* the host arena, units of 2 B of the plan's host tier (HOST_ELEMS x sizeof(act) bytes, one allocation: pinned on cuda): the state when the plan keeps it there (from 0), the boundaries waiting for the backward (HX<l>), Muon's host scratch (MUON_HOST_AT, MUON_STEP_AT), each at its plan item's offset */
+#define HOST_ELEMS 0 /* the host arena, units of 2 B of the plan's host tier (HOST_ELEMS x sizeof(act) bytes, one allocation: pinned on cuda): the state when the plan keeps it there (from 0), the boundaries waiting for the backward (HX<l>), Muon's host scratch (MUON_HOST_AT, MUON_STEP_AT), each at its plan item's offset */
 #define MUON_HOST_AT 0 /* [workspace.muon_exchange_host] in the host arena (0: none) */
 #define MUON_STEP_AT 0 /* [workspace.newton_schulz] in the host arena (0: none) */
-#define OFFLOAD_IDS 30 /* boundaries that go to the host and back */
+#define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 66
 #define N_TENSORS 323
 extern const RtGroup step_groups[N_GROUPS];

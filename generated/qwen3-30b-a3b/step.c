@@ -2,8 +2,9 @@
  *
  * The plan: 16 ranks = 1 replica(s) x 16-way FSDP, EP 1 (128 experts per rank),
  * full activation checkpointing; 1 micro-batch(es) of 16 x 4096 tokens per rank and step.
- * Reshard after_step: every parameter group is gathered once per step, by the first micro-batch's forward, into
- * KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * Reshard after_step: all but the routed experts are gathered once per step, by the first micro-batch's forward, into
+ * DENSE_KEPT, and read there by every forward and backward until the optimizer step (c->gather_kept);
+ * the routed experts are re-gathered into GATHERED<i> for each pass;
  * gradients are reduce-scattered after each micro-batch's backward.
  * Every buffer is at its plan item's bytes (plan.json memory): the state in the state arena, the
  * rest in one span of the HBM tier, both allocated once at start-up: the maps below. Tokens are
@@ -26,10 +27,9 @@
 #define WE(o) (c->we + (o))                     /* a gathered expert parameter */
 #define DWE(o) (c->dwe + (o))                   /* its gradient (in GRAD0 or 1) */
 #define EPS ((real)1e-06)                        /* the norms' epsilon (model.norm_eps) */
-#define H(o) (c->host + (o))                     /* host arena buffer (activation offload) */
 
 /* ---- the state arena map (elements of real) ---- */
-/* the plan's state block, from byte 0 of its host arena (plan.json memory): item by item, byte = 4 x element:
+/* the plan's state block, from byte 0 of its hbm arena (plan.json memory): item by item, byte = 4 x element:
  *   master.fp32_shard              from element            0,   7633030656 bytes
  *   grads.fp32_shard               from element   1908257664,   7633030656 bytes
  *   optimizer.adamw_moments        from element   3816515328,  15266061312 bytes
@@ -428,144 +428,96 @@
 #define HEAD_ADAM_V              7613582720 /*   19447936 [optimizer.adamw_moments]: head: AdamW second moment of its AdamW tensors' values in the shard, compacted (fp32) */
 
 /* ---- the HBM span's real and int32 buffers (offsets in units of 2 B) ---- */
-#define WS_RSTD1                30666340352 /*      65536 [activations.forward_layer]: its 1/rms per token */
-#define WS_RSTDQ                30968461312 /*    2097152 [activations.forward_layer]: qk-norm: 1/rms per token (full) or per token and head */
-#define WS_RSTDK                30972655616 /*     262144 [activations.forward_layer]: the same for the keys */
-#define WS_LSE                  31577159680 /*    2097152 [activations.forward_layer]: attention log-sum-exp per head and query */
-#define WS_RSTD2                31849789440 /*      65536 [activations.forward_layer]: its 1/rms per token */
-#define WS_LOGITS               31849920512 /*    8388608 [activations.forward_layer]: router logits */
-#define WS_IDX                  31866697728 /*     524288 [activations.forward_layer]: selected experts (int32) */
-#define WS_WTS                  31867746304 /*     524288 [activations.forward_layer]: their weights */
-#define WS_POS                  31868794880 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
-#define WS_OFFSETS              31869843456 /*        129 [activations.forward_layer]: first row of each expert (int32) */
-#define DWTS                    41466794496 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
-#define AUX                     41468367360 /*        384 [moe.tables]: load-balancing loss scratch */
-#define RSTDF                   41467843072 /*      65536 [activations.loss_stats]: its 1/rms per token */
-#define LSEF                    41467974144 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
+#define WS_RSTD1                 6576668672 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_RSTDQ                 6878789632 /*    2097152 [activations.forward_layer]: qk-norm: 1/rms per token (full) or per token and head */
+#define WS_RSTDK                 6882983936 /*     262144 [activations.forward_layer]: the same for the keys */
+#define WS_LSE                   7487488000 /*    2097152 [activations.forward_layer]: attention log-sum-exp per head and query */
+#define WS_RSTD2                 7760117760 /*      65536 [activations.forward_layer]: its 1/rms per token */
+#define WS_LOGITS                7760248832 /*    8388608 [activations.forward_layer]: router logits */
+#define WS_IDX                   7777026048 /*     524288 [activations.forward_layer]: selected experts (int32) */
+#define WS_WTS                   7778074624 /*     524288 [activations.forward_layer]: their weights */
+#define WS_POS                   7779123200 /*     524288 [activations.forward_layer]: row of each assignment in expert order (int32) */
+#define WS_OFFSETS               7780171776 /*        129 [activations.forward_layer]: first row of each expert (int32) */
+#define DWTS                    17893154304 /*     524288 [moe.grad_routing_weights]: gradient of the routing weights */
+#define AUX                     17894727168 /*        384 [moe.tables]: load-balancing loss scratch */
+#define RSTDF                   17894202880 /*      65536 [activations.loss_stats]: its 1/rms per token */
+#define LSEF                    17894333952 /*      65536 [activations.loss_stats]: log-sum-exp of each token's logits */
 
 /* ---- the HBM span's activation buffers (offsets in units of 2 B) ---- */
-#define EMBED_PARAM             35225287040 /*   19447808 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_DENSE_PARAM          35244734848 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L0_EXPERTS_PARAM        35245931168 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_DENSE_PARAM          35283679904 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L1_EXPERTS_PARAM        35284876224 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_DENSE_PARAM          35322624960 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L2_EXPERTS_PARAM        35323821280 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_DENSE_PARAM          35361570016 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L3_EXPERTS_PARAM        35362766336 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_DENSE_PARAM          35400515072 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L4_EXPERTS_PARAM        35401711392 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_DENSE_PARAM          35439460128 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L5_EXPERTS_PARAM        35440656448 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_DENSE_PARAM          35478405184 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L6_EXPERTS_PARAM        35479601504 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_DENSE_PARAM          35517350240 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L7_EXPERTS_PARAM        35518546560 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_DENSE_PARAM          35556295296 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L8_EXPERTS_PARAM        35557491616 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_DENSE_PARAM          35595240352 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L9_EXPERTS_PARAM        35596436672 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_DENSE_PARAM         35634185408 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L10_EXPERTS_PARAM       35635381728 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_DENSE_PARAM         35673130464 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L11_EXPERTS_PARAM       35674326784 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_DENSE_PARAM         35712075520 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L12_EXPERTS_PARAM       35713271840 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_DENSE_PARAM         35751020576 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L13_EXPERTS_PARAM       35752216896 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_DENSE_PARAM         35789965632 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L14_EXPERTS_PARAM       35791161952 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_DENSE_PARAM         35828910688 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L15_EXPERTS_PARAM       35830107008 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_DENSE_PARAM         35867855744 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L16_EXPERTS_PARAM       35869052064 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_DENSE_PARAM         35906800800 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L17_EXPERTS_PARAM       35907997120 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_DENSE_PARAM         35945745856 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L18_EXPERTS_PARAM       35946942176 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_DENSE_PARAM         35984690912 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L19_EXPERTS_PARAM       35985887232 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_DENSE_PARAM         36023635968 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L20_EXPERTS_PARAM       36024832288 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_DENSE_PARAM         36062581024 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L21_EXPERTS_PARAM       36063777344 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_DENSE_PARAM         36101526080 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L22_EXPERTS_PARAM       36102722400 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_DENSE_PARAM         36140471136 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L23_EXPERTS_PARAM       36141667456 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_DENSE_PARAM         36179416192 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L24_EXPERTS_PARAM       36180612512 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_DENSE_PARAM         36218361248 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L25_EXPERTS_PARAM       36219557568 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_DENSE_PARAM         36257306304 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L26_EXPERTS_PARAM       36258502624 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_DENSE_PARAM         36296251360 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L27_EXPERTS_PARAM       36297447680 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_DENSE_PARAM         36335196416 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L28_EXPERTS_PARAM       36336392736 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_DENSE_PARAM         36374141472 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L29_EXPERTS_PARAM       36375337792 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_DENSE_PARAM         36413086528 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L30_EXPERTS_PARAM       36414282848 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_DENSE_PARAM         36452031584 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L31_EXPERTS_PARAM       36453227904 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_DENSE_PARAM         36490976640 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L32_EXPERTS_PARAM       36492172960 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_DENSE_PARAM         36529921696 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L33_EXPERTS_PARAM       36531118016 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_DENSE_PARAM         36568866752 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L34_EXPERTS_PARAM       36570063072 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_DENSE_PARAM         36607811808 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L35_EXPERTS_PARAM       36609008128 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_DENSE_PARAM         36646756864 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L36_EXPERTS_PARAM       36647953184 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_DENSE_PARAM         36685701920 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L37_EXPERTS_PARAM       36686898240 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_DENSE_PARAM         36724646976 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L38_EXPERTS_PARAM       36725843296 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_DENSE_PARAM         36763592032 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L39_EXPERTS_PARAM       36764788352 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_DENSE_PARAM         36802537088 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L40_EXPERTS_PARAM       36803733408 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_DENSE_PARAM         36841482144 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L41_EXPERTS_PARAM       36842678464 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_DENSE_PARAM         36880427200 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L42_EXPERTS_PARAM       36881623520 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_DENSE_PARAM         36919372256 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L43_EXPERTS_PARAM       36920568576 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_DENSE_PARAM         36958317312 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L44_EXPERTS_PARAM       36959513632 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_DENSE_PARAM         36997262368 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L45_EXPERTS_PARAM       36998458688 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_DENSE_PARAM         37036207424 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L46_EXPERTS_PARAM       37037403744 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_DENSE_PARAM         37075152480 /*    1196304 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define L47_EXPERTS_PARAM       37076348800 /*   37748736 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define HEAD_PARAM              37114097536 /*   19447936 [params.bf16_shard]: its shard cast to the activation type, gathered from: refreshed after each optimizer step */
-#define KEPT                              0 /* 30532122624 [gathered.params_kept]: reshard after_step: every group gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.params_kept) */
-#define GRAD0                   39415246848 /*  623120640 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
-#define GRAD1                   40038367488 /*  623120640 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
-#define XSLOT0                  40661488128 /*  134217728 [activations.offload_staging[0]]: boundaries l with l % 3 = 0 (residual stream) */
-#define XSLOT1                  40795705856 /*  134217728 [activations.offload_staging[1]]: boundaries l with l % 3 = 1 (residual stream) */
-#define XSLOT2                  40929923584 /*  134217728 [activations.offload_staging[2]]: boundaries l with l % 3 = 2 (residual stream) */
-#define WS_LN1                  30532122624 /*  134217728 [activations.forward_layer]: attention norm output */
-#define WS_QR                   30666471424 /*  268435456 [activations.forward_layer]: queries before qk-norm */
-#define WS_KR                   30934906880 /*   33554432 [activations.forward_layer]: keys before qk-norm */
-#define WS_Q                    30973179904 /*  268435456 [activations.forward_layer]: queries (rotated) */
-#define WS_K                    31241615360 /*   33554432 [activations.forward_layer]: keys (rotated) */
-#define WS_V                    31275169792 /*   33554432 [activations.forward_layer]: values */
-#define WS_ATT                  31308724224 /*  268435456 [activations.forward_layer]: attention output */
-#define WS_RES                  31581353984 /*  134217728 [activations.forward_layer]: residual stream after attention */
-#define WS_LN2                  31715571712 /*  134217728 [activations.forward_layer]: mlp norm output */
-#define WS_XP                   31869843744 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
-#define WS_YP                   32943585568 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
-#define WS_EG                   34017327392 /*  402653184 [activations.forward_layer]: routed experts' gate */
-#define WS_EU                   34419980576 /*  402653184 [activations.forward_layer]: routed experts' up */
-#define WS_EH                   34822633760 /*  402653184 [activations.forward_layer]: routed experts' activation */
-#define DX_A                    41064141312 /*  134217728 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
-#define DX_B                    41198359040 /*  134217728 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
-#define DLN                     41332576768 /*  134217728 [activations.grad_norm]: gradient of a norm's output */
-#define LWS                     37133545472 /* 1207959552 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
+#define DENSE_KEPT              11135615360 /* 1541093376 [gathered.dense_kept]: reshard after_step: all but the routed experts, gathered by the first micro-batch's forward, kept until the optimizer step (the plan's gathered.dense_kept) */
+#define CAST0                   17815264128 /*   38945040 [params.bf16_cast]: units u with u % 2 = 0: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define CAST1                   17854209184 /*   38945040 [params.bf16_cast]: units u with u % 2 = 1: their master shards cast to the activation type just before their all-gathers (dense, then experts), read by them until waited for */
+#define GATHERED0               16204651392 /*  603979776 [gathered.params[0]]: units u with u % 2 = 0: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GATHERED1               16808631168 /*  603979776 [gathered.params[1]]: units u with u % 2 = 1: parameters all-gathered, the routed experts (the rest is kept in DENSE_KEPT) */
+#define GRAD0                   14958410112 /*  623120640 [grads.bf16_unsharded[0]]: an even unit's gradient, dense then experts, then its reduce-scatters' input (in place) */
+#define GRAD1                   15581530752 /*  623120640 [grads.bf16_unsharded[1]]: an odd unit's (in flight while the next unit's backward runs) */
+#define X0                                0 /*  134217728 [activations.boundary[0]]: boundary: input of layer 0 (residual stream) */
+#define X1                        134217728 /*  134217728 [activations.boundary[1]]: boundary: input of layer 1 (residual stream) */
+#define X2                        268435456 /*  134217728 [activations.boundary[2]]: boundary: input of layer 2 (residual stream) */
+#define X3                        402653184 /*  134217728 [activations.boundary[3]]: boundary: input of layer 3 (residual stream) */
+#define X4                        536870912 /*  134217728 [activations.boundary[4]]: boundary: input of layer 4 (residual stream) */
+#define X5                        671088640 /*  134217728 [activations.boundary[5]]: boundary: input of layer 5 (residual stream) */
+#define X6                        805306368 /*  134217728 [activations.boundary[6]]: boundary: input of layer 6 (residual stream) */
+#define X7                        939524096 /*  134217728 [activations.boundary[7]]: boundary: input of layer 7 (residual stream) */
+#define X8                       1073741824 /*  134217728 [activations.boundary[8]]: boundary: input of layer 8 (residual stream) */
+#define X9                       1207959552 /*  134217728 [activations.boundary[9]]: boundary: input of layer 9 (residual stream) */
+#define X10                      1342177280 /*  134217728 [activations.boundary[10]]: boundary: input of layer 10 (residual stream) */
+#define X11                      1476395008 /*  134217728 [activations.boundary[11]]: boundary: input of layer 11 (residual stream) */
+#define X12                      1610612736 /*  134217728 [activations.boundary[12]]: boundary: input of layer 12 (residual stream) */
+#define X13                      1744830464 /*  134217728 [activations.boundary[13]]: boundary: input of layer 13 (residual stream) */
+#define X14                      1879048192 /*  134217728 [activations.boundary[14]]: boundary: input of layer 14 (residual stream) */
+#define X15                      2013265920 /*  134217728 [activations.boundary[15]]: boundary: input of layer 15 (residual stream) */
+#define X16                      2147483648 /*  134217728 [activations.boundary[16]]: boundary: input of layer 16 (residual stream) */
+#define X17                      2281701376 /*  134217728 [activations.boundary[17]]: boundary: input of layer 17 (residual stream) */
+#define X18                      2415919104 /*  134217728 [activations.boundary[18]]: boundary: input of layer 18 (residual stream) */
+#define X19                      2550136832 /*  134217728 [activations.boundary[19]]: boundary: input of layer 19 (residual stream) */
+#define X20                      2684354560 /*  134217728 [activations.boundary[20]]: boundary: input of layer 20 (residual stream) */
+#define X21                      2818572288 /*  134217728 [activations.boundary[21]]: boundary: input of layer 21 (residual stream) */
+#define X22                      2952790016 /*  134217728 [activations.boundary[22]]: boundary: input of layer 22 (residual stream) */
+#define X23                      3087007744 /*  134217728 [activations.boundary[23]]: boundary: input of layer 23 (residual stream) */
+#define X24                      3221225472 /*  134217728 [activations.boundary[24]]: boundary: input of layer 24 (residual stream) */
+#define X25                      3355443200 /*  134217728 [activations.boundary[25]]: boundary: input of layer 25 (residual stream) */
+#define X26                      3489660928 /*  134217728 [activations.boundary[26]]: boundary: input of layer 26 (residual stream) */
+#define X27                      3623878656 /*  134217728 [activations.boundary[27]]: boundary: input of layer 27 (residual stream) */
+#define X28                      3758096384 /*  134217728 [activations.boundary[28]]: boundary: input of layer 28 (residual stream) */
+#define X29                      3892314112 /*  134217728 [activations.boundary[29]]: boundary: input of layer 29 (residual stream) */
+#define X30                      4026531840 /*  134217728 [activations.boundary[30]]: boundary: input of layer 30 (residual stream) */
+#define X31                      4160749568 /*  134217728 [activations.boundary[31]]: boundary: input of layer 31 (residual stream) */
+#define X32                      4294967296 /*  134217728 [activations.boundary[32]]: boundary: input of layer 32 (residual stream) */
+#define X33                      4429185024 /*  134217728 [activations.boundary[33]]: boundary: input of layer 33 (residual stream) */
+#define X34                      4563402752 /*  134217728 [activations.boundary[34]]: boundary: input of layer 34 (residual stream) */
+#define X35                      4697620480 /*  134217728 [activations.boundary[35]]: boundary: input of layer 35 (residual stream) */
+#define X36                      4831838208 /*  134217728 [activations.boundary[36]]: boundary: input of layer 36 (residual stream) */
+#define X37                      4966055936 /*  134217728 [activations.boundary[37]]: boundary: input of layer 37 (residual stream) */
+#define X38                      5100273664 /*  134217728 [activations.boundary[38]]: boundary: input of layer 38 (residual stream) */
+#define X39                      5234491392 /*  134217728 [activations.boundary[39]]: boundary: input of layer 39 (residual stream) */
+#define X40                      5368709120 /*  134217728 [activations.boundary[40]]: boundary: input of layer 40 (residual stream) */
+#define X41                      5502926848 /*  134217728 [activations.boundary[41]]: boundary: input of layer 41 (residual stream) */
+#define X42                      5637144576 /*  134217728 [activations.boundary[42]]: boundary: input of layer 42 (residual stream) */
+#define X43                      5771362304 /*  134217728 [activations.boundary[43]]: boundary: input of layer 43 (residual stream) */
+#define X44                      5905580032 /*  134217728 [activations.boundary[44]]: boundary: input of layer 44 (residual stream) */
+#define X45                      6039797760 /*  134217728 [activations.boundary[45]]: boundary: input of layer 45 (residual stream) */
+#define X46                      6174015488 /*  134217728 [activations.boundary[46]]: boundary: input of layer 46 (residual stream) */
+#define X47                      6308233216 /*  134217728 [activations.boundary[47]]: boundary: input of layer 47 (residual stream) */
+#define X48                     13884668288 /*  134217728 [activations.final_boundary]: output of the last layer */
+#define WS_LN1                   6442450944 /*  134217728 [activations.forward_layer]: attention norm output */
+#define WS_QR                    6576799744 /*  268435456 [activations.forward_layer]: queries before qk-norm */
+#define WS_KR                    6845235200 /*   33554432 [activations.forward_layer]: keys before qk-norm */
+#define WS_Q                     6883508224 /*  268435456 [activations.forward_layer]: queries (rotated) */
+#define WS_K                     7151943680 /*   33554432 [activations.forward_layer]: keys (rotated) */
+#define WS_V                     7185498112 /*   33554432 [activations.forward_layer]: values */
+#define WS_ATT                   7219052544 /*  268435456 [activations.forward_layer]: attention output */
+#define WS_RES                   7491682304 /*  134217728 [activations.forward_layer]: residual stream after attention */
+#define WS_LN2                   7625900032 /*  134217728 [activations.forward_layer]: mlp norm output */
+#define WS_XP                    7780172064 /* 1073741824 [activations.forward_layer]: token copies in expert order: the experts' input */
+#define WS_YP                    8853913888 /* 1073741824 [activations.forward_layer]: expert outputs in that order */
+#define WS_EG                    9927655712 /*  402653184 [activations.forward_layer]: routed experts' gate */
+#define WS_EU                   10330308896 /*  402653184 [activations.forward_layer]: routed experts' up */
+#define WS_EH                   10732962080 /*  402653184 [activations.forward_layer]: routed experts' activation */
+#define DX_A                    17412610944 /*  134217728 [activations.grad_residual[0]]: gradient of the residual stream (even layers' output) */
+#define DX_B                    17546828672 /*  134217728 [activations.grad_residual[1]]: gradient of the residual stream (odd layers' output) */
+#define DLN                     17681046400 /*  134217728 [activations.grad_norm]: gradient of a norm's output */
+#define LWS                     12676708736 /* 1207959552 [workspace.shared]: shared workspace (emit_layout.c shared_ws): one group of the buffers in it at a time */
 #define EDG                             LWS /*  402653184 [workspace.shared]: routed experts' gate gradient: in LWS (an FFN's backward) */
 #define EDU                    (LWS + 402653184) /*  402653184 [workspace.shared]: routed experts' up gradient: in LWS (an FFN's backward) */
 #define EDH                    (LWS + 805306368) /*  402653184 [workspace.shared]: routed experts' activation gradient: in LWS (an FFN's backward) */
@@ -579,105 +531,7 @@
 #define LNF                             LWS /*  134217728 [workspace.shared]: final norm output: in LWS (the loss) */
 #define CE                     (LWS + 134217728) /* 1073741824 [workspace.shared]: logits of one vocabulary chunk (fp32) and their gradient: in LWS (the loss) */
 #define DLOGITS                         LWS /*   16777216 [workspace.shared]: gradient of the router logits (fp32): in LWS (a MoE layer's backward after its all-to-alls) */
-#define DYP                     38341505024 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
-
-/* Activation offload (host): boundary l lives in device slot l % 3; boundaries 0-45 go to the
- * host arena after their layer's forward and come back two layers before their backward. */
-#define X0   XSLOT0
-#define X1   XSLOT1
-#define X2   XSLOT2
-#define X3   XSLOT0
-#define X4   XSLOT1
-#define X5   XSLOT2
-#define X6   XSLOT0
-#define X7   XSLOT1
-#define X8   XSLOT2
-#define X9   XSLOT0
-#define X10  XSLOT1
-#define X11  XSLOT2
-#define X12  XSLOT0
-#define X13  XSLOT1
-#define X14  XSLOT2
-#define X15  XSLOT0
-#define X16  XSLOT1
-#define X17  XSLOT2
-#define X18  XSLOT0
-#define X19  XSLOT1
-#define X20  XSLOT2
-#define X21  XSLOT0
-#define X22  XSLOT1
-#define X23  XSLOT2
-#define X24  XSLOT0
-#define X25  XSLOT1
-#define X26  XSLOT2
-#define X27  XSLOT0
-#define X28  XSLOT1
-#define X29  XSLOT2
-#define X30  XSLOT0
-#define X31  XSLOT1
-#define X32  XSLOT2
-#define X33  XSLOT0
-#define X34  XSLOT1
-#define X35  XSLOT2
-#define X36  XSLOT0
-#define X37  XSLOT1
-#define X38  XSLOT2
-#define X39  XSLOT0
-#define X40  XSLOT1
-#define X41  XSLOT2
-#define X42  XSLOT0
-#define X43  XSLOT1
-#define X44  XSLOT2
-#define X45  XSLOT0
-#define X46  XSLOT1
-#define X47  XSLOT2
-#define X48  XSLOT0
-#define HX0    15266061312 /* host: boundary 0 (activations.boundary[0]) */
-#define HX1    15400279040 /* host: boundary 1 (activations.boundary[1]) */
-#define HX2    15534496768 /* host: boundary 2 (activations.boundary[2]) */
-#define HX3    15668714496 /* host: boundary 3 (activations.boundary[3]) */
-#define HX4    15802932224 /* host: boundary 4 (activations.boundary[4]) */
-#define HX5    15937149952 /* host: boundary 5 (activations.boundary[5]) */
-#define HX6    16071367680 /* host: boundary 6 (activations.boundary[6]) */
-#define HX7    16205585408 /* host: boundary 7 (activations.boundary[7]) */
-#define HX8    16339803136 /* host: boundary 8 (activations.boundary[8]) */
-#define HX9    16474020864 /* host: boundary 9 (activations.boundary[9]) */
-#define HX10   16608238592 /* host: boundary 10 (activations.boundary[10]) */
-#define HX11   16742456320 /* host: boundary 11 (activations.boundary[11]) */
-#define HX12   16876674048 /* host: boundary 12 (activations.boundary[12]) */
-#define HX13   17010891776 /* host: boundary 13 (activations.boundary[13]) */
-#define HX14   17145109504 /* host: boundary 14 (activations.boundary[14]) */
-#define HX15   17279327232 /* host: boundary 15 (activations.boundary[15]) */
-#define HX16   17413544960 /* host: boundary 16 (activations.boundary[16]) */
-#define HX17   17547762688 /* host: boundary 17 (activations.boundary[17]) */
-#define HX18   17681980416 /* host: boundary 18 (activations.boundary[18]) */
-#define HX19   17816198144 /* host: boundary 19 (activations.boundary[19]) */
-#define HX20   17950415872 /* host: boundary 20 (activations.boundary[20]) */
-#define HX21   18084633600 /* host: boundary 21 (activations.boundary[21]) */
-#define HX22   18218851328 /* host: boundary 22 (activations.boundary[22]) */
-#define HX23   18353069056 /* host: boundary 23 (activations.boundary[23]) */
-#define HX24   18487286784 /* host: boundary 24 (activations.boundary[24]) */
-#define HX25   18621504512 /* host: boundary 25 (activations.boundary[25]) */
-#define HX26   18755722240 /* host: boundary 26 (activations.boundary[26]) */
-#define HX27   18889939968 /* host: boundary 27 (activations.boundary[27]) */
-#define HX28   19024157696 /* host: boundary 28 (activations.boundary[28]) */
-#define HX29   19158375424 /* host: boundary 29 (activations.boundary[29]) */
-#define HX30   19292593152 /* host: boundary 30 (activations.boundary[30]) */
-#define HX31   19426810880 /* host: boundary 31 (activations.boundary[31]) */
-#define HX32   19561028608 /* host: boundary 32 (activations.boundary[32]) */
-#define HX33   19695246336 /* host: boundary 33 (activations.boundary[33]) */
-#define HX34   19829464064 /* host: boundary 34 (activations.boundary[34]) */
-#define HX35   19963681792 /* host: boundary 35 (activations.boundary[35]) */
-#define HX36   20097899520 /* host: boundary 36 (activations.boundary[36]) */
-#define HX37   20232117248 /* host: boundary 37 (activations.boundary[37]) */
-#define HX38   20366334976 /* host: boundary 38 (activations.boundary[38]) */
-#define HX39   20500552704 /* host: boundary 39 (activations.boundary[39]) */
-#define HX40   20634770432 /* host: boundary 40 (activations.boundary[40]) */
-#define HX41   20768988160 /* host: boundary 41 (activations.boundary[41]) */
-#define HX42   20903205888 /* host: boundary 42 (activations.boundary[42]) */
-#define HX43   21037423616 /* host: boundary 43 (activations.boundary[43]) */
-#define HX44   21171641344 /* host: boundary 44 (activations.boundary[44]) */
-#define HX45   21305859072 /* host: boundary 45 (activations.boundary[45]) */
+#define DYP                     13884668288 /* 1073741824 [moe.grad_expert_out]: gradient of the expert outputs */
 
 /* Parameter groups: sharded over the FSDP group (16 ranks) or, for experts, over the
  * 16 ranks that share an EP rank. Offsets of this rank's master, gradient and moments in the
@@ -685,104 +539,104 @@
  * matrices only has none), and of the shard the
  * all-gathers read in the activation arena (-1: cast into CAST<b> before each gather). */
 const RtGroup step_groups[N_GROUPS] = {
-    {"embedding", RT_GROUP_FSDP, 311164928, 19447808, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, EMBED_PARAM},
-    {"layer 0 dense", RT_GROUP_FSDP, 19140864, 1196304, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, L0_DENSE_PARAM},
-    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, L0_EXPERTS_PARAM},
-    {"layer 1 dense", RT_GROUP_FSDP, 19140864, 1196304, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, L1_DENSE_PARAM},
-    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, L1_EXPERTS_PARAM},
-    {"layer 2 dense", RT_GROUP_FSDP, 19140864, 1196304, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, L2_DENSE_PARAM},
-    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, L2_EXPERTS_PARAM},
-    {"layer 3 dense", RT_GROUP_FSDP, 19140864, 1196304, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, L3_DENSE_PARAM},
-    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, L3_EXPERTS_PARAM},
-    {"layer 4 dense", RT_GROUP_FSDP, 19140864, 1196304, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, L4_DENSE_PARAM},
-    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, L4_EXPERTS_ADAM_V, L4_EXPERTS_PARAM},
-    {"layer 5 dense", RT_GROUP_FSDP, 19140864, 1196304, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, L5_DENSE_PARAM},
-    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, L5_EXPERTS_ADAM_V, L5_EXPERTS_PARAM},
-    {"layer 6 dense", RT_GROUP_FSDP, 19140864, 1196304, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, L6_DENSE_PARAM},
-    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, L6_EXPERTS_ADAM_V, L6_EXPERTS_PARAM},
-    {"layer 7 dense", RT_GROUP_FSDP, 19140864, 1196304, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, L7_DENSE_PARAM},
-    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, L7_EXPERTS_ADAM_V, L7_EXPERTS_PARAM},
-    {"layer 8 dense", RT_GROUP_FSDP, 19140864, 1196304, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, L8_DENSE_PARAM},
-    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, L8_EXPERTS_ADAM_V, L8_EXPERTS_PARAM},
-    {"layer 9 dense", RT_GROUP_FSDP, 19140864, 1196304, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, L9_DENSE_PARAM},
-    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, L9_EXPERTS_ADAM_V, L9_EXPERTS_PARAM},
-    {"layer 10 dense", RT_GROUP_FSDP, 19140864, 1196304, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, L10_DENSE_PARAM},
-    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, L10_EXPERTS_ADAM_V, L10_EXPERTS_PARAM},
-    {"layer 11 dense", RT_GROUP_FSDP, 19140864, 1196304, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, L11_DENSE_PARAM},
-    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, L11_EXPERTS_ADAM_V, L11_EXPERTS_PARAM},
-    {"layer 12 dense", RT_GROUP_FSDP, 19140864, 1196304, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, L12_DENSE_PARAM},
-    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, L12_EXPERTS_ADAM_V, L12_EXPERTS_PARAM},
-    {"layer 13 dense", RT_GROUP_FSDP, 19140864, 1196304, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, L13_DENSE_PARAM},
-    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, L13_EXPERTS_ADAM_V, L13_EXPERTS_PARAM},
-    {"layer 14 dense", RT_GROUP_FSDP, 19140864, 1196304, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, L14_DENSE_PARAM},
-    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, L14_EXPERTS_ADAM_V, L14_EXPERTS_PARAM},
-    {"layer 15 dense", RT_GROUP_FSDP, 19140864, 1196304, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, L15_DENSE_PARAM},
-    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, L15_EXPERTS_ADAM_V, L15_EXPERTS_PARAM},
-    {"layer 16 dense", RT_GROUP_FSDP, 19140864, 1196304, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, L16_DENSE_PARAM},
-    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, L16_EXPERTS_ADAM_V, L16_EXPERTS_PARAM},
-    {"layer 17 dense", RT_GROUP_FSDP, 19140864, 1196304, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, L17_DENSE_PARAM},
-    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, L17_EXPERTS_ADAM_V, L17_EXPERTS_PARAM},
-    {"layer 18 dense", RT_GROUP_FSDP, 19140864, 1196304, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, L18_DENSE_PARAM},
-    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, L18_EXPERTS_ADAM_V, L18_EXPERTS_PARAM},
-    {"layer 19 dense", RT_GROUP_FSDP, 19140864, 1196304, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, L19_DENSE_PARAM},
-    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, L19_EXPERTS_ADAM_V, L19_EXPERTS_PARAM},
-    {"layer 20 dense", RT_GROUP_FSDP, 19140864, 1196304, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, L20_DENSE_PARAM},
-    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, L20_EXPERTS_ADAM_V, L20_EXPERTS_PARAM},
-    {"layer 21 dense", RT_GROUP_FSDP, 19140864, 1196304, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, L21_DENSE_PARAM},
-    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, L21_EXPERTS_ADAM_V, L21_EXPERTS_PARAM},
-    {"layer 22 dense", RT_GROUP_FSDP, 19140864, 1196304, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, L22_DENSE_PARAM},
-    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, L22_EXPERTS_ADAM_V, L22_EXPERTS_PARAM},
-    {"layer 23 dense", RT_GROUP_FSDP, 19140864, 1196304, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, L23_DENSE_PARAM},
-    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, L23_EXPERTS_ADAM_V, L23_EXPERTS_PARAM},
-    {"layer 24 dense", RT_GROUP_FSDP, 19140864, 1196304, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, L24_DENSE_PARAM},
-    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, L24_EXPERTS_ADAM_V, L24_EXPERTS_PARAM},
-    {"layer 25 dense", RT_GROUP_FSDP, 19140864, 1196304, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, L25_DENSE_PARAM},
-    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, L25_EXPERTS_ADAM_V, L25_EXPERTS_PARAM},
-    {"layer 26 dense", RT_GROUP_FSDP, 19140864, 1196304, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, L26_DENSE_PARAM},
-    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, L26_EXPERTS_ADAM_V, L26_EXPERTS_PARAM},
-    {"layer 27 dense", RT_GROUP_FSDP, 19140864, 1196304, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, L27_DENSE_PARAM},
-    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, L27_EXPERTS_ADAM_V, L27_EXPERTS_PARAM},
-    {"layer 28 dense", RT_GROUP_FSDP, 19140864, 1196304, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, L28_DENSE_PARAM},
-    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, L28_EXPERTS_ADAM_V, L28_EXPERTS_PARAM},
-    {"layer 29 dense", RT_GROUP_FSDP, 19140864, 1196304, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, L29_DENSE_PARAM},
-    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, L29_EXPERTS_ADAM_V, L29_EXPERTS_PARAM},
-    {"layer 30 dense", RT_GROUP_FSDP, 19140864, 1196304, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, L30_DENSE_PARAM},
-    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, L30_EXPERTS_ADAM_V, L30_EXPERTS_PARAM},
-    {"layer 31 dense", RT_GROUP_FSDP, 19140864, 1196304, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, L31_DENSE_PARAM},
-    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, L31_EXPERTS_ADAM_V, L31_EXPERTS_PARAM},
-    {"layer 32 dense", RT_GROUP_FSDP, 19140864, 1196304, L32_DENSE_MASTER, L32_DENSE_GRAD, L32_DENSE_ADAM_M, L32_DENSE_ADAM_V, L32_DENSE_PARAM},
-    {"layer 32 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L32_EXPERTS_MASTER, L32_EXPERTS_GRAD, L32_EXPERTS_ADAM_M, L32_EXPERTS_ADAM_V, L32_EXPERTS_PARAM},
-    {"layer 33 dense", RT_GROUP_FSDP, 19140864, 1196304, L33_DENSE_MASTER, L33_DENSE_GRAD, L33_DENSE_ADAM_M, L33_DENSE_ADAM_V, L33_DENSE_PARAM},
-    {"layer 33 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L33_EXPERTS_MASTER, L33_EXPERTS_GRAD, L33_EXPERTS_ADAM_M, L33_EXPERTS_ADAM_V, L33_EXPERTS_PARAM},
-    {"layer 34 dense", RT_GROUP_FSDP, 19140864, 1196304, L34_DENSE_MASTER, L34_DENSE_GRAD, L34_DENSE_ADAM_M, L34_DENSE_ADAM_V, L34_DENSE_PARAM},
-    {"layer 34 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L34_EXPERTS_MASTER, L34_EXPERTS_GRAD, L34_EXPERTS_ADAM_M, L34_EXPERTS_ADAM_V, L34_EXPERTS_PARAM},
-    {"layer 35 dense", RT_GROUP_FSDP, 19140864, 1196304, L35_DENSE_MASTER, L35_DENSE_GRAD, L35_DENSE_ADAM_M, L35_DENSE_ADAM_V, L35_DENSE_PARAM},
-    {"layer 35 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L35_EXPERTS_MASTER, L35_EXPERTS_GRAD, L35_EXPERTS_ADAM_M, L35_EXPERTS_ADAM_V, L35_EXPERTS_PARAM},
-    {"layer 36 dense", RT_GROUP_FSDP, 19140864, 1196304, L36_DENSE_MASTER, L36_DENSE_GRAD, L36_DENSE_ADAM_M, L36_DENSE_ADAM_V, L36_DENSE_PARAM},
-    {"layer 36 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L36_EXPERTS_MASTER, L36_EXPERTS_GRAD, L36_EXPERTS_ADAM_M, L36_EXPERTS_ADAM_V, L36_EXPERTS_PARAM},
-    {"layer 37 dense", RT_GROUP_FSDP, 19140864, 1196304, L37_DENSE_MASTER, L37_DENSE_GRAD, L37_DENSE_ADAM_M, L37_DENSE_ADAM_V, L37_DENSE_PARAM},
-    {"layer 37 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L37_EXPERTS_MASTER, L37_EXPERTS_GRAD, L37_EXPERTS_ADAM_M, L37_EXPERTS_ADAM_V, L37_EXPERTS_PARAM},
-    {"layer 38 dense", RT_GROUP_FSDP, 19140864, 1196304, L38_DENSE_MASTER, L38_DENSE_GRAD, L38_DENSE_ADAM_M, L38_DENSE_ADAM_V, L38_DENSE_PARAM},
-    {"layer 38 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L38_EXPERTS_MASTER, L38_EXPERTS_GRAD, L38_EXPERTS_ADAM_M, L38_EXPERTS_ADAM_V, L38_EXPERTS_PARAM},
-    {"layer 39 dense", RT_GROUP_FSDP, 19140864, 1196304, L39_DENSE_MASTER, L39_DENSE_GRAD, L39_DENSE_ADAM_M, L39_DENSE_ADAM_V, L39_DENSE_PARAM},
-    {"layer 39 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L39_EXPERTS_MASTER, L39_EXPERTS_GRAD, L39_EXPERTS_ADAM_M, L39_EXPERTS_ADAM_V, L39_EXPERTS_PARAM},
-    {"layer 40 dense", RT_GROUP_FSDP, 19140864, 1196304, L40_DENSE_MASTER, L40_DENSE_GRAD, L40_DENSE_ADAM_M, L40_DENSE_ADAM_V, L40_DENSE_PARAM},
-    {"layer 40 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L40_EXPERTS_MASTER, L40_EXPERTS_GRAD, L40_EXPERTS_ADAM_M, L40_EXPERTS_ADAM_V, L40_EXPERTS_PARAM},
-    {"layer 41 dense", RT_GROUP_FSDP, 19140864, 1196304, L41_DENSE_MASTER, L41_DENSE_GRAD, L41_DENSE_ADAM_M, L41_DENSE_ADAM_V, L41_DENSE_PARAM},
-    {"layer 41 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L41_EXPERTS_MASTER, L41_EXPERTS_GRAD, L41_EXPERTS_ADAM_M, L41_EXPERTS_ADAM_V, L41_EXPERTS_PARAM},
-    {"layer 42 dense", RT_GROUP_FSDP, 19140864, 1196304, L42_DENSE_MASTER, L42_DENSE_GRAD, L42_DENSE_ADAM_M, L42_DENSE_ADAM_V, L42_DENSE_PARAM},
-    {"layer 42 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L42_EXPERTS_MASTER, L42_EXPERTS_GRAD, L42_EXPERTS_ADAM_M, L42_EXPERTS_ADAM_V, L42_EXPERTS_PARAM},
-    {"layer 43 dense", RT_GROUP_FSDP, 19140864, 1196304, L43_DENSE_MASTER, L43_DENSE_GRAD, L43_DENSE_ADAM_M, L43_DENSE_ADAM_V, L43_DENSE_PARAM},
-    {"layer 43 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L43_EXPERTS_MASTER, L43_EXPERTS_GRAD, L43_EXPERTS_ADAM_M, L43_EXPERTS_ADAM_V, L43_EXPERTS_PARAM},
-    {"layer 44 dense", RT_GROUP_FSDP, 19140864, 1196304, L44_DENSE_MASTER, L44_DENSE_GRAD, L44_DENSE_ADAM_M, L44_DENSE_ADAM_V, L44_DENSE_PARAM},
-    {"layer 44 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L44_EXPERTS_MASTER, L44_EXPERTS_GRAD, L44_EXPERTS_ADAM_M, L44_EXPERTS_ADAM_V, L44_EXPERTS_PARAM},
-    {"layer 45 dense", RT_GROUP_FSDP, 19140864, 1196304, L45_DENSE_MASTER, L45_DENSE_GRAD, L45_DENSE_ADAM_M, L45_DENSE_ADAM_V, L45_DENSE_PARAM},
-    {"layer 45 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L45_EXPERTS_MASTER, L45_EXPERTS_GRAD, L45_EXPERTS_ADAM_M, L45_EXPERTS_ADAM_V, L45_EXPERTS_PARAM},
-    {"layer 46 dense", RT_GROUP_FSDP, 19140864, 1196304, L46_DENSE_MASTER, L46_DENSE_GRAD, L46_DENSE_ADAM_M, L46_DENSE_ADAM_V, L46_DENSE_PARAM},
-    {"layer 46 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L46_EXPERTS_MASTER, L46_EXPERTS_GRAD, L46_EXPERTS_ADAM_M, L46_EXPERTS_ADAM_V, L46_EXPERTS_PARAM},
-    {"layer 47 dense", RT_GROUP_FSDP, 19140864, 1196304, L47_DENSE_MASTER, L47_DENSE_GRAD, L47_DENSE_ADAM_M, L47_DENSE_ADAM_V, L47_DENSE_PARAM},
-    {"layer 47 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L47_EXPERTS_MASTER, L47_EXPERTS_GRAD, L47_EXPERTS_ADAM_M, L47_EXPERTS_ADAM_V, L47_EXPERTS_PARAM},
-    {"head", RT_GROUP_FSDP, 311166976, 19447936, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, HEAD_PARAM},
+    {"embedding", RT_GROUP_FSDP, 311164928, 19447808, EMBED_MASTER, EMBED_GRAD, EMBED_ADAM_M, EMBED_ADAM_V, -1},
+    {"layer 0 dense", RT_GROUP_FSDP, 19140864, 1196304, L0_DENSE_MASTER, L0_DENSE_GRAD, L0_DENSE_ADAM_M, L0_DENSE_ADAM_V, -1},
+    {"layer 0 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L0_EXPERTS_MASTER, L0_EXPERTS_GRAD, L0_EXPERTS_ADAM_M, L0_EXPERTS_ADAM_V, -1},
+    {"layer 1 dense", RT_GROUP_FSDP, 19140864, 1196304, L1_DENSE_MASTER, L1_DENSE_GRAD, L1_DENSE_ADAM_M, L1_DENSE_ADAM_V, -1},
+    {"layer 1 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L1_EXPERTS_MASTER, L1_EXPERTS_GRAD, L1_EXPERTS_ADAM_M, L1_EXPERTS_ADAM_V, -1},
+    {"layer 2 dense", RT_GROUP_FSDP, 19140864, 1196304, L2_DENSE_MASTER, L2_DENSE_GRAD, L2_DENSE_ADAM_M, L2_DENSE_ADAM_V, -1},
+    {"layer 2 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L2_EXPERTS_MASTER, L2_EXPERTS_GRAD, L2_EXPERTS_ADAM_M, L2_EXPERTS_ADAM_V, -1},
+    {"layer 3 dense", RT_GROUP_FSDP, 19140864, 1196304, L3_DENSE_MASTER, L3_DENSE_GRAD, L3_DENSE_ADAM_M, L3_DENSE_ADAM_V, -1},
+    {"layer 3 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L3_EXPERTS_MASTER, L3_EXPERTS_GRAD, L3_EXPERTS_ADAM_M, L3_EXPERTS_ADAM_V, -1},
+    {"layer 4 dense", RT_GROUP_FSDP, 19140864, 1196304, L4_DENSE_MASTER, L4_DENSE_GRAD, L4_DENSE_ADAM_M, L4_DENSE_ADAM_V, -1},
+    {"layer 4 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L4_EXPERTS_MASTER, L4_EXPERTS_GRAD, L4_EXPERTS_ADAM_M, L4_EXPERTS_ADAM_V, -1},
+    {"layer 5 dense", RT_GROUP_FSDP, 19140864, 1196304, L5_DENSE_MASTER, L5_DENSE_GRAD, L5_DENSE_ADAM_M, L5_DENSE_ADAM_V, -1},
+    {"layer 5 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L5_EXPERTS_MASTER, L5_EXPERTS_GRAD, L5_EXPERTS_ADAM_M, L5_EXPERTS_ADAM_V, -1},
+    {"layer 6 dense", RT_GROUP_FSDP, 19140864, 1196304, L6_DENSE_MASTER, L6_DENSE_GRAD, L6_DENSE_ADAM_M, L6_DENSE_ADAM_V, -1},
+    {"layer 6 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L6_EXPERTS_MASTER, L6_EXPERTS_GRAD, L6_EXPERTS_ADAM_M, L6_EXPERTS_ADAM_V, -1},
+    {"layer 7 dense", RT_GROUP_FSDP, 19140864, 1196304, L7_DENSE_MASTER, L7_DENSE_GRAD, L7_DENSE_ADAM_M, L7_DENSE_ADAM_V, -1},
+    {"layer 7 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L7_EXPERTS_MASTER, L7_EXPERTS_GRAD, L7_EXPERTS_ADAM_M, L7_EXPERTS_ADAM_V, -1},
+    {"layer 8 dense", RT_GROUP_FSDP, 19140864, 1196304, L8_DENSE_MASTER, L8_DENSE_GRAD, L8_DENSE_ADAM_M, L8_DENSE_ADAM_V, -1},
+    {"layer 8 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L8_EXPERTS_MASTER, L8_EXPERTS_GRAD, L8_EXPERTS_ADAM_M, L8_EXPERTS_ADAM_V, -1},
+    {"layer 9 dense", RT_GROUP_FSDP, 19140864, 1196304, L9_DENSE_MASTER, L9_DENSE_GRAD, L9_DENSE_ADAM_M, L9_DENSE_ADAM_V, -1},
+    {"layer 9 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L9_EXPERTS_MASTER, L9_EXPERTS_GRAD, L9_EXPERTS_ADAM_M, L9_EXPERTS_ADAM_V, -1},
+    {"layer 10 dense", RT_GROUP_FSDP, 19140864, 1196304, L10_DENSE_MASTER, L10_DENSE_GRAD, L10_DENSE_ADAM_M, L10_DENSE_ADAM_V, -1},
+    {"layer 10 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L10_EXPERTS_MASTER, L10_EXPERTS_GRAD, L10_EXPERTS_ADAM_M, L10_EXPERTS_ADAM_V, -1},
+    {"layer 11 dense", RT_GROUP_FSDP, 19140864, 1196304, L11_DENSE_MASTER, L11_DENSE_GRAD, L11_DENSE_ADAM_M, L11_DENSE_ADAM_V, -1},
+    {"layer 11 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L11_EXPERTS_MASTER, L11_EXPERTS_GRAD, L11_EXPERTS_ADAM_M, L11_EXPERTS_ADAM_V, -1},
+    {"layer 12 dense", RT_GROUP_FSDP, 19140864, 1196304, L12_DENSE_MASTER, L12_DENSE_GRAD, L12_DENSE_ADAM_M, L12_DENSE_ADAM_V, -1},
+    {"layer 12 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L12_EXPERTS_MASTER, L12_EXPERTS_GRAD, L12_EXPERTS_ADAM_M, L12_EXPERTS_ADAM_V, -1},
+    {"layer 13 dense", RT_GROUP_FSDP, 19140864, 1196304, L13_DENSE_MASTER, L13_DENSE_GRAD, L13_DENSE_ADAM_M, L13_DENSE_ADAM_V, -1},
+    {"layer 13 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L13_EXPERTS_MASTER, L13_EXPERTS_GRAD, L13_EXPERTS_ADAM_M, L13_EXPERTS_ADAM_V, -1},
+    {"layer 14 dense", RT_GROUP_FSDP, 19140864, 1196304, L14_DENSE_MASTER, L14_DENSE_GRAD, L14_DENSE_ADAM_M, L14_DENSE_ADAM_V, -1},
+    {"layer 14 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L14_EXPERTS_MASTER, L14_EXPERTS_GRAD, L14_EXPERTS_ADAM_M, L14_EXPERTS_ADAM_V, -1},
+    {"layer 15 dense", RT_GROUP_FSDP, 19140864, 1196304, L15_DENSE_MASTER, L15_DENSE_GRAD, L15_DENSE_ADAM_M, L15_DENSE_ADAM_V, -1},
+    {"layer 15 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L15_EXPERTS_MASTER, L15_EXPERTS_GRAD, L15_EXPERTS_ADAM_M, L15_EXPERTS_ADAM_V, -1},
+    {"layer 16 dense", RT_GROUP_FSDP, 19140864, 1196304, L16_DENSE_MASTER, L16_DENSE_GRAD, L16_DENSE_ADAM_M, L16_DENSE_ADAM_V, -1},
+    {"layer 16 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L16_EXPERTS_MASTER, L16_EXPERTS_GRAD, L16_EXPERTS_ADAM_M, L16_EXPERTS_ADAM_V, -1},
+    {"layer 17 dense", RT_GROUP_FSDP, 19140864, 1196304, L17_DENSE_MASTER, L17_DENSE_GRAD, L17_DENSE_ADAM_M, L17_DENSE_ADAM_V, -1},
+    {"layer 17 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L17_EXPERTS_MASTER, L17_EXPERTS_GRAD, L17_EXPERTS_ADAM_M, L17_EXPERTS_ADAM_V, -1},
+    {"layer 18 dense", RT_GROUP_FSDP, 19140864, 1196304, L18_DENSE_MASTER, L18_DENSE_GRAD, L18_DENSE_ADAM_M, L18_DENSE_ADAM_V, -1},
+    {"layer 18 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L18_EXPERTS_MASTER, L18_EXPERTS_GRAD, L18_EXPERTS_ADAM_M, L18_EXPERTS_ADAM_V, -1},
+    {"layer 19 dense", RT_GROUP_FSDP, 19140864, 1196304, L19_DENSE_MASTER, L19_DENSE_GRAD, L19_DENSE_ADAM_M, L19_DENSE_ADAM_V, -1},
+    {"layer 19 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L19_EXPERTS_MASTER, L19_EXPERTS_GRAD, L19_EXPERTS_ADAM_M, L19_EXPERTS_ADAM_V, -1},
+    {"layer 20 dense", RT_GROUP_FSDP, 19140864, 1196304, L20_DENSE_MASTER, L20_DENSE_GRAD, L20_DENSE_ADAM_M, L20_DENSE_ADAM_V, -1},
+    {"layer 20 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L20_EXPERTS_MASTER, L20_EXPERTS_GRAD, L20_EXPERTS_ADAM_M, L20_EXPERTS_ADAM_V, -1},
+    {"layer 21 dense", RT_GROUP_FSDP, 19140864, 1196304, L21_DENSE_MASTER, L21_DENSE_GRAD, L21_DENSE_ADAM_M, L21_DENSE_ADAM_V, -1},
+    {"layer 21 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L21_EXPERTS_MASTER, L21_EXPERTS_GRAD, L21_EXPERTS_ADAM_M, L21_EXPERTS_ADAM_V, -1},
+    {"layer 22 dense", RT_GROUP_FSDP, 19140864, 1196304, L22_DENSE_MASTER, L22_DENSE_GRAD, L22_DENSE_ADAM_M, L22_DENSE_ADAM_V, -1},
+    {"layer 22 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L22_EXPERTS_MASTER, L22_EXPERTS_GRAD, L22_EXPERTS_ADAM_M, L22_EXPERTS_ADAM_V, -1},
+    {"layer 23 dense", RT_GROUP_FSDP, 19140864, 1196304, L23_DENSE_MASTER, L23_DENSE_GRAD, L23_DENSE_ADAM_M, L23_DENSE_ADAM_V, -1},
+    {"layer 23 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L23_EXPERTS_MASTER, L23_EXPERTS_GRAD, L23_EXPERTS_ADAM_M, L23_EXPERTS_ADAM_V, -1},
+    {"layer 24 dense", RT_GROUP_FSDP, 19140864, 1196304, L24_DENSE_MASTER, L24_DENSE_GRAD, L24_DENSE_ADAM_M, L24_DENSE_ADAM_V, -1},
+    {"layer 24 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L24_EXPERTS_MASTER, L24_EXPERTS_GRAD, L24_EXPERTS_ADAM_M, L24_EXPERTS_ADAM_V, -1},
+    {"layer 25 dense", RT_GROUP_FSDP, 19140864, 1196304, L25_DENSE_MASTER, L25_DENSE_GRAD, L25_DENSE_ADAM_M, L25_DENSE_ADAM_V, -1},
+    {"layer 25 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L25_EXPERTS_MASTER, L25_EXPERTS_GRAD, L25_EXPERTS_ADAM_M, L25_EXPERTS_ADAM_V, -1},
+    {"layer 26 dense", RT_GROUP_FSDP, 19140864, 1196304, L26_DENSE_MASTER, L26_DENSE_GRAD, L26_DENSE_ADAM_M, L26_DENSE_ADAM_V, -1},
+    {"layer 26 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L26_EXPERTS_MASTER, L26_EXPERTS_GRAD, L26_EXPERTS_ADAM_M, L26_EXPERTS_ADAM_V, -1},
+    {"layer 27 dense", RT_GROUP_FSDP, 19140864, 1196304, L27_DENSE_MASTER, L27_DENSE_GRAD, L27_DENSE_ADAM_M, L27_DENSE_ADAM_V, -1},
+    {"layer 27 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L27_EXPERTS_MASTER, L27_EXPERTS_GRAD, L27_EXPERTS_ADAM_M, L27_EXPERTS_ADAM_V, -1},
+    {"layer 28 dense", RT_GROUP_FSDP, 19140864, 1196304, L28_DENSE_MASTER, L28_DENSE_GRAD, L28_DENSE_ADAM_M, L28_DENSE_ADAM_V, -1},
+    {"layer 28 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L28_EXPERTS_MASTER, L28_EXPERTS_GRAD, L28_EXPERTS_ADAM_M, L28_EXPERTS_ADAM_V, -1},
+    {"layer 29 dense", RT_GROUP_FSDP, 19140864, 1196304, L29_DENSE_MASTER, L29_DENSE_GRAD, L29_DENSE_ADAM_M, L29_DENSE_ADAM_V, -1},
+    {"layer 29 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L29_EXPERTS_MASTER, L29_EXPERTS_GRAD, L29_EXPERTS_ADAM_M, L29_EXPERTS_ADAM_V, -1},
+    {"layer 30 dense", RT_GROUP_FSDP, 19140864, 1196304, L30_DENSE_MASTER, L30_DENSE_GRAD, L30_DENSE_ADAM_M, L30_DENSE_ADAM_V, -1},
+    {"layer 30 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L30_EXPERTS_MASTER, L30_EXPERTS_GRAD, L30_EXPERTS_ADAM_M, L30_EXPERTS_ADAM_V, -1},
+    {"layer 31 dense", RT_GROUP_FSDP, 19140864, 1196304, L31_DENSE_MASTER, L31_DENSE_GRAD, L31_DENSE_ADAM_M, L31_DENSE_ADAM_V, -1},
+    {"layer 31 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L31_EXPERTS_MASTER, L31_EXPERTS_GRAD, L31_EXPERTS_ADAM_M, L31_EXPERTS_ADAM_V, -1},
+    {"layer 32 dense", RT_GROUP_FSDP, 19140864, 1196304, L32_DENSE_MASTER, L32_DENSE_GRAD, L32_DENSE_ADAM_M, L32_DENSE_ADAM_V, -1},
+    {"layer 32 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L32_EXPERTS_MASTER, L32_EXPERTS_GRAD, L32_EXPERTS_ADAM_M, L32_EXPERTS_ADAM_V, -1},
+    {"layer 33 dense", RT_GROUP_FSDP, 19140864, 1196304, L33_DENSE_MASTER, L33_DENSE_GRAD, L33_DENSE_ADAM_M, L33_DENSE_ADAM_V, -1},
+    {"layer 33 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L33_EXPERTS_MASTER, L33_EXPERTS_GRAD, L33_EXPERTS_ADAM_M, L33_EXPERTS_ADAM_V, -1},
+    {"layer 34 dense", RT_GROUP_FSDP, 19140864, 1196304, L34_DENSE_MASTER, L34_DENSE_GRAD, L34_DENSE_ADAM_M, L34_DENSE_ADAM_V, -1},
+    {"layer 34 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L34_EXPERTS_MASTER, L34_EXPERTS_GRAD, L34_EXPERTS_ADAM_M, L34_EXPERTS_ADAM_V, -1},
+    {"layer 35 dense", RT_GROUP_FSDP, 19140864, 1196304, L35_DENSE_MASTER, L35_DENSE_GRAD, L35_DENSE_ADAM_M, L35_DENSE_ADAM_V, -1},
+    {"layer 35 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L35_EXPERTS_MASTER, L35_EXPERTS_GRAD, L35_EXPERTS_ADAM_M, L35_EXPERTS_ADAM_V, -1},
+    {"layer 36 dense", RT_GROUP_FSDP, 19140864, 1196304, L36_DENSE_MASTER, L36_DENSE_GRAD, L36_DENSE_ADAM_M, L36_DENSE_ADAM_V, -1},
+    {"layer 36 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L36_EXPERTS_MASTER, L36_EXPERTS_GRAD, L36_EXPERTS_ADAM_M, L36_EXPERTS_ADAM_V, -1},
+    {"layer 37 dense", RT_GROUP_FSDP, 19140864, 1196304, L37_DENSE_MASTER, L37_DENSE_GRAD, L37_DENSE_ADAM_M, L37_DENSE_ADAM_V, -1},
+    {"layer 37 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L37_EXPERTS_MASTER, L37_EXPERTS_GRAD, L37_EXPERTS_ADAM_M, L37_EXPERTS_ADAM_V, -1},
+    {"layer 38 dense", RT_GROUP_FSDP, 19140864, 1196304, L38_DENSE_MASTER, L38_DENSE_GRAD, L38_DENSE_ADAM_M, L38_DENSE_ADAM_V, -1},
+    {"layer 38 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L38_EXPERTS_MASTER, L38_EXPERTS_GRAD, L38_EXPERTS_ADAM_M, L38_EXPERTS_ADAM_V, -1},
+    {"layer 39 dense", RT_GROUP_FSDP, 19140864, 1196304, L39_DENSE_MASTER, L39_DENSE_GRAD, L39_DENSE_ADAM_M, L39_DENSE_ADAM_V, -1},
+    {"layer 39 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L39_EXPERTS_MASTER, L39_EXPERTS_GRAD, L39_EXPERTS_ADAM_M, L39_EXPERTS_ADAM_V, -1},
+    {"layer 40 dense", RT_GROUP_FSDP, 19140864, 1196304, L40_DENSE_MASTER, L40_DENSE_GRAD, L40_DENSE_ADAM_M, L40_DENSE_ADAM_V, -1},
+    {"layer 40 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L40_EXPERTS_MASTER, L40_EXPERTS_GRAD, L40_EXPERTS_ADAM_M, L40_EXPERTS_ADAM_V, -1},
+    {"layer 41 dense", RT_GROUP_FSDP, 19140864, 1196304, L41_DENSE_MASTER, L41_DENSE_GRAD, L41_DENSE_ADAM_M, L41_DENSE_ADAM_V, -1},
+    {"layer 41 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L41_EXPERTS_MASTER, L41_EXPERTS_GRAD, L41_EXPERTS_ADAM_M, L41_EXPERTS_ADAM_V, -1},
+    {"layer 42 dense", RT_GROUP_FSDP, 19140864, 1196304, L42_DENSE_MASTER, L42_DENSE_GRAD, L42_DENSE_ADAM_M, L42_DENSE_ADAM_V, -1},
+    {"layer 42 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L42_EXPERTS_MASTER, L42_EXPERTS_GRAD, L42_EXPERTS_ADAM_M, L42_EXPERTS_ADAM_V, -1},
+    {"layer 43 dense", RT_GROUP_FSDP, 19140864, 1196304, L43_DENSE_MASTER, L43_DENSE_GRAD, L43_DENSE_ADAM_M, L43_DENSE_ADAM_V, -1},
+    {"layer 43 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L43_EXPERTS_MASTER, L43_EXPERTS_GRAD, L43_EXPERTS_ADAM_M, L43_EXPERTS_ADAM_V, -1},
+    {"layer 44 dense", RT_GROUP_FSDP, 19140864, 1196304, L44_DENSE_MASTER, L44_DENSE_GRAD, L44_DENSE_ADAM_M, L44_DENSE_ADAM_V, -1},
+    {"layer 44 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L44_EXPERTS_MASTER, L44_EXPERTS_GRAD, L44_EXPERTS_ADAM_M, L44_EXPERTS_ADAM_V, -1},
+    {"layer 45 dense", RT_GROUP_FSDP, 19140864, 1196304, L45_DENSE_MASTER, L45_DENSE_GRAD, L45_DENSE_ADAM_M, L45_DENSE_ADAM_V, -1},
+    {"layer 45 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L45_EXPERTS_MASTER, L45_EXPERTS_GRAD, L45_EXPERTS_ADAM_M, L45_EXPERTS_ADAM_V, -1},
+    {"layer 46 dense", RT_GROUP_FSDP, 19140864, 1196304, L46_DENSE_MASTER, L46_DENSE_GRAD, L46_DENSE_ADAM_M, L46_DENSE_ADAM_V, -1},
+    {"layer 46 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L46_EXPERTS_MASTER, L46_EXPERTS_GRAD, L46_EXPERTS_ADAM_M, L46_EXPERTS_ADAM_V, -1},
+    {"layer 47 dense", RT_GROUP_FSDP, 19140864, 1196304, L47_DENSE_MASTER, L47_DENSE_GRAD, L47_DENSE_ADAM_M, L47_DENSE_ADAM_V, -1},
+    {"layer 47 experts", RT_GROUP_EXPERT_SHARD, 603979776, 37748736, L47_EXPERTS_MASTER, L47_EXPERTS_GRAD, L47_EXPERTS_ADAM_M, L47_EXPERTS_ADAM_V, -1},
+    {"head", RT_GROUP_FSDP, 311166976, 19447936, HEAD_MASTER, HEAD_GRAD, HEAD_ADAM_M, HEAD_ADAM_V, -1},
 };
 
 /* Parameter tensors: Hugging Face name, group, offset, count, experts, shape, init, decay,
@@ -4066,394 +3920,448 @@ static void layer0_backward(RtCtx *c) {
  * the micro-batch. */
 real step_forward(RtCtx *c) {
   rt_comm_label("embedding forward");
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT), A(EMBED_PARAM), 19447808, 0); /* embedding: 16 ranks x 19447808, kept until the optimizer step */
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(EMBED_MASTER), 19447808); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT), A(CAST0), 19447808, 0); /* embedding: 16 ranks x 19447808, kept until the optimizer step */
   if (c->gather_kept) rt_comm_all_gather_wait(0);
-  c->wd = A(KEPT);
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 311164928, A(L0_DENSE_PARAM), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 330305792, A(L0_EXPERTS_PARAM), 37748736, 3); /* layer 0 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
+  c->wd = A(DENSE_KEPT);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L0_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 311164928, A(CAST1), 1196304, 2); /* layer 0 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L0_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 0 experts: 16 ranks x 37748736, prefetch */
   rt_embedding_forward(A(X0), I(INPUTS), W(0), 65536, 2048);
   rt_comm_label("layer 0 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 311164928, c->we = A(KEPT) + 330305792;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 934285568, A(L1_DENSE_PARAM), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 953426432, A(L1_EXPERTS_PARAM), 37748736, 1); /* layer 1 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 311164928, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L1_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 330305792, A(CAST0), 1196304, 0); /* layer 1 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L1_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 1 experts: 16 ranks x 37748736, prefetch */
   layer0_forward(c, false);
-  rt_offload_store(c, 0, H(HX0), A(X0), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 1 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 934285568, c->we = A(KEPT) + 953426432;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 1557406208, A(L2_DENSE_PARAM), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 1576547072, A(L2_EXPERTS_PARAM), 37748736, 3); /* layer 2 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 330305792, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L2_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 349446656, A(CAST1), 1196304, 2); /* layer 2 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L2_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 2 experts: 16 ranks x 37748736, prefetch */
   layer1_forward(c, false);
-  rt_offload_store(c, 1, H(HX1), A(X1), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 2 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 1557406208, c->we = A(KEPT) + 1576547072;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2180526848, A(L3_DENSE_PARAM), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 2199667712, A(L3_EXPERTS_PARAM), 37748736, 1); /* layer 3 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 0); /* X0 is on the host: its slot takes X3 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 349446656, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L3_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 368587520, A(CAST0), 1196304, 0); /* layer 3 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L3_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 3 experts: 16 ranks x 37748736, prefetch */
   layer2_forward(c, false);
-  rt_offload_store(c, 2, H(HX2), A(X2), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 3 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 2180526848, c->we = A(KEPT) + 2199667712;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 2803647488, A(L4_DENSE_PARAM), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 2822788352, A(L4_EXPERTS_PARAM), 37748736, 3); /* layer 4 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 1); /* X1 is on the host: its slot takes X4 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 368587520, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L4_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 387728384, A(CAST1), 1196304, 2); /* layer 4 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L4_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 4 experts: 16 ranks x 37748736, prefetch */
   layer3_forward(c, false);
-  rt_offload_store(c, 3, H(HX3), A(X3), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 4 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 2803647488, c->we = A(KEPT) + 2822788352;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 3426768128, A(L5_DENSE_PARAM), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 3445908992, A(L5_EXPERTS_PARAM), 37748736, 1); /* layer 5 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 2); /* X2 is on the host: its slot takes X5 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 387728384, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L5_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 406869248, A(CAST0), 1196304, 0); /* layer 5 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L5_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 5 experts: 16 ranks x 37748736, prefetch */
   layer4_forward(c, false);
-  rt_offload_store(c, 4, H(HX4), A(X4), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 5 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 3426768128, c->we = A(KEPT) + 3445908992;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4049888768, A(L6_DENSE_PARAM), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 4069029632, A(L6_EXPERTS_PARAM), 37748736, 3); /* layer 6 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 3); /* X3 is on the host: its slot takes X6 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 406869248, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L6_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 426010112, A(CAST1), 1196304, 2); /* layer 6 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L6_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 6 experts: 16 ranks x 37748736, prefetch */
   layer5_forward(c, false);
-  rt_offload_store(c, 5, H(HX5), A(X5), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 6 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 4049888768, c->we = A(KEPT) + 4069029632;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 4673009408, A(L7_DENSE_PARAM), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 4692150272, A(L7_EXPERTS_PARAM), 37748736, 1); /* layer 7 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 4); /* X4 is on the host: its slot takes X7 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 426010112, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L7_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 445150976, A(CAST0), 1196304, 0); /* layer 7 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L7_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 7 experts: 16 ranks x 37748736, prefetch */
   layer6_forward(c, false);
-  rt_offload_store(c, 6, H(HX6), A(X6), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 7 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 4673009408, c->we = A(KEPT) + 4692150272;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5296130048, A(L8_DENSE_PARAM), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 5315270912, A(L8_EXPERTS_PARAM), 37748736, 3); /* layer 8 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 5); /* X5 is on the host: its slot takes X8 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 445150976, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L8_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 464291840, A(CAST1), 1196304, 2); /* layer 8 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L8_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 8 experts: 16 ranks x 37748736, prefetch */
   layer7_forward(c, false);
-  rt_offload_store(c, 7, H(HX7), A(X7), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 8 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 5296130048, c->we = A(KEPT) + 5315270912;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 5919250688, A(L9_DENSE_PARAM), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 5938391552, A(L9_EXPERTS_PARAM), 37748736, 1); /* layer 9 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 6); /* X6 is on the host: its slot takes X9 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 464291840, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L9_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 483432704, A(CAST0), 1196304, 0); /* layer 9 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L9_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 9 experts: 16 ranks x 37748736, prefetch */
   layer8_forward(c, false);
-  rt_offload_store(c, 8, H(HX8), A(X8), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 9 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 5919250688, c->we = A(KEPT) + 5938391552;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 6542371328, A(L10_DENSE_PARAM), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 6561512192, A(L10_EXPERTS_PARAM), 37748736, 3); /* layer 10 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 7); /* X7 is on the host: its slot takes X10 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 483432704, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L10_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 502573568, A(CAST1), 1196304, 2); /* layer 10 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L10_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 10 experts: 16 ranks x 37748736, prefetch */
   layer9_forward(c, false);
-  rt_offload_store(c, 9, H(HX9), A(X9), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 10 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 6542371328, c->we = A(KEPT) + 6561512192;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7165491968, A(L11_DENSE_PARAM), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 7184632832, A(L11_EXPERTS_PARAM), 37748736, 1); /* layer 11 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 8); /* X8 is on the host: its slot takes X11 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 502573568, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L11_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 521714432, A(CAST0), 1196304, 0); /* layer 11 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L11_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 11 experts: 16 ranks x 37748736, prefetch */
   layer10_forward(c, false);
-  rt_offload_store(c, 10, H(HX10), A(X10), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 11 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 7165491968, c->we = A(KEPT) + 7184632832;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 7788612608, A(L12_DENSE_PARAM), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 7807753472, A(L12_EXPERTS_PARAM), 37748736, 3); /* layer 12 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 9); /* X9 is on the host: its slot takes X12 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 521714432, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L12_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 540855296, A(CAST1), 1196304, 2); /* layer 12 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L12_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 12 experts: 16 ranks x 37748736, prefetch */
   layer11_forward(c, false);
-  rt_offload_store(c, 11, H(HX11), A(X11), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 12 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 7788612608, c->we = A(KEPT) + 7807753472;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 8411733248, A(L13_DENSE_PARAM), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 8430874112, A(L13_EXPERTS_PARAM), 37748736, 1); /* layer 13 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 10); /* X10 is on the host: its slot takes X13 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 540855296, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L13_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 559996160, A(CAST0), 1196304, 0); /* layer 13 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L13_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 13 experts: 16 ranks x 37748736, prefetch */
   layer12_forward(c, false);
-  rt_offload_store(c, 12, H(HX12), A(X12), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 13 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 8411733248, c->we = A(KEPT) + 8430874112;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 9034853888, A(L14_DENSE_PARAM), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 9053994752, A(L14_EXPERTS_PARAM), 37748736, 3); /* layer 14 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 11); /* X11 is on the host: its slot takes X14 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 559996160, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L14_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 579137024, A(CAST1), 1196304, 2); /* layer 14 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L14_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 14 experts: 16 ranks x 37748736, prefetch */
   layer13_forward(c, false);
-  rt_offload_store(c, 13, H(HX13), A(X13), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 14 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 9034853888, c->we = A(KEPT) + 9053994752;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 9657974528, A(L15_DENSE_PARAM), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 9677115392, A(L15_EXPERTS_PARAM), 37748736, 1); /* layer 15 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 12); /* X12 is on the host: its slot takes X15 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 579137024, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L15_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 598277888, A(CAST0), 1196304, 0); /* layer 15 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L15_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 15 experts: 16 ranks x 37748736, prefetch */
   layer14_forward(c, false);
-  rt_offload_store(c, 14, H(HX14), A(X14), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 15 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 9657974528, c->we = A(KEPT) + 9677115392;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 10281095168, A(L16_DENSE_PARAM), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 10300236032, A(L16_EXPERTS_PARAM), 37748736, 3); /* layer 16 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 13); /* X13 is on the host: its slot takes X16 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 598277888, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L16_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 617418752, A(CAST1), 1196304, 2); /* layer 16 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L16_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 16 experts: 16 ranks x 37748736, prefetch */
   layer15_forward(c, false);
-  rt_offload_store(c, 15, H(HX15), A(X15), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 16 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 10281095168, c->we = A(KEPT) + 10300236032;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 10904215808, A(L17_DENSE_PARAM), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 10923356672, A(L17_EXPERTS_PARAM), 37748736, 1); /* layer 17 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 14); /* X14 is on the host: its slot takes X17 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 617418752, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L17_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 636559616, A(CAST0), 1196304, 0); /* layer 17 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L17_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 17 experts: 16 ranks x 37748736, prefetch */
   layer16_forward(c, false);
-  rt_offload_store(c, 16, H(HX16), A(X16), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 17 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 10904215808, c->we = A(KEPT) + 10923356672;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 11527336448, A(L18_DENSE_PARAM), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 11546477312, A(L18_EXPERTS_PARAM), 37748736, 3); /* layer 18 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 15); /* X15 is on the host: its slot takes X18 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 636559616, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L18_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 655700480, A(CAST1), 1196304, 2); /* layer 18 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L18_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 18 experts: 16 ranks x 37748736, prefetch */
   layer17_forward(c, false);
-  rt_offload_store(c, 17, H(HX17), A(X17), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 18 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 11527336448, c->we = A(KEPT) + 11546477312;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 12150457088, A(L19_DENSE_PARAM), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 12169597952, A(L19_EXPERTS_PARAM), 37748736, 1); /* layer 19 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 16); /* X16 is on the host: its slot takes X19 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 655700480, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L19_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 674841344, A(CAST0), 1196304, 0); /* layer 19 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L19_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 19 experts: 16 ranks x 37748736, prefetch */
   layer18_forward(c, false);
-  rt_offload_store(c, 18, H(HX18), A(X18), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 19 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 12150457088, c->we = A(KEPT) + 12169597952;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 12773577728, A(L20_DENSE_PARAM), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 12792718592, A(L20_EXPERTS_PARAM), 37748736, 3); /* layer 20 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 17); /* X17 is on the host: its slot takes X20 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 674841344, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L20_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 693982208, A(CAST1), 1196304, 2); /* layer 20 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L20_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 20 experts: 16 ranks x 37748736, prefetch */
   layer19_forward(c, false);
-  rt_offload_store(c, 19, H(HX19), A(X19), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 20 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 12773577728, c->we = A(KEPT) + 12792718592;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 13396698368, A(L21_DENSE_PARAM), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 13415839232, A(L21_EXPERTS_PARAM), 37748736, 1); /* layer 21 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 18); /* X18 is on the host: its slot takes X21 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 693982208, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L21_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 713123072, A(CAST0), 1196304, 0); /* layer 21 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L21_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 21 experts: 16 ranks x 37748736, prefetch */
   layer20_forward(c, false);
-  rt_offload_store(c, 20, H(HX20), A(X20), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 21 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 13396698368, c->we = A(KEPT) + 13415839232;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 14019819008, A(L22_DENSE_PARAM), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 14038959872, A(L22_EXPERTS_PARAM), 37748736, 3); /* layer 22 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 19); /* X19 is on the host: its slot takes X22 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 713123072, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L22_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 732263936, A(CAST1), 1196304, 2); /* layer 22 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L22_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 22 experts: 16 ranks x 37748736, prefetch */
   layer21_forward(c, false);
-  rt_offload_store(c, 21, H(HX21), A(X21), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 22 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 14019819008, c->we = A(KEPT) + 14038959872;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 14642939648, A(L23_DENSE_PARAM), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 14662080512, A(L23_EXPERTS_PARAM), 37748736, 1); /* layer 23 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 20); /* X20 is on the host: its slot takes X23 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 732263936, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L23_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 751404800, A(CAST0), 1196304, 0); /* layer 23 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L23_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 23 experts: 16 ranks x 37748736, prefetch */
   layer22_forward(c, false);
-  rt_offload_store(c, 22, H(HX22), A(X22), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 23 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 14642939648, c->we = A(KEPT) + 14662080512;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 15266060288, A(L24_DENSE_PARAM), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 15285201152, A(L24_EXPERTS_PARAM), 37748736, 3); /* layer 24 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 21); /* X21 is on the host: its slot takes X24 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 751404800, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L24_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 770545664, A(CAST1), 1196304, 2); /* layer 24 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L24_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 24 experts: 16 ranks x 37748736, prefetch */
   layer23_forward(c, false);
-  rt_offload_store(c, 23, H(HX23), A(X23), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 24 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 15266060288, c->we = A(KEPT) + 15285201152;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 15889180928, A(L25_DENSE_PARAM), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 15908321792, A(L25_EXPERTS_PARAM), 37748736, 1); /* layer 25 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 22); /* X22 is on the host: its slot takes X25 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 770545664, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L25_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 789686528, A(CAST0), 1196304, 0); /* layer 25 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L25_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 25 experts: 16 ranks x 37748736, prefetch */
   layer24_forward(c, false);
-  rt_offload_store(c, 24, H(HX24), A(X24), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 25 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 15889180928, c->we = A(KEPT) + 15908321792;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 16512301568, A(L26_DENSE_PARAM), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 16531442432, A(L26_EXPERTS_PARAM), 37748736, 3); /* layer 26 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 23); /* X23 is on the host: its slot takes X26 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 789686528, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L26_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 808827392, A(CAST1), 1196304, 2); /* layer 26 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L26_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 26 experts: 16 ranks x 37748736, prefetch */
   layer25_forward(c, false);
-  rt_offload_store(c, 25, H(HX25), A(X25), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 26 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 16512301568, c->we = A(KEPT) + 16531442432;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 17135422208, A(L27_DENSE_PARAM), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 17154563072, A(L27_EXPERTS_PARAM), 37748736, 1); /* layer 27 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 24); /* X24 is on the host: its slot takes X27 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 808827392, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L27_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 827968256, A(CAST0), 1196304, 0); /* layer 27 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L27_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 27 experts: 16 ranks x 37748736, prefetch */
   layer26_forward(c, false);
-  rt_offload_store(c, 26, H(HX26), A(X26), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 27 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 17135422208, c->we = A(KEPT) + 17154563072;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 17758542848, A(L28_DENSE_PARAM), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 17777683712, A(L28_EXPERTS_PARAM), 37748736, 3); /* layer 28 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 25); /* X25 is on the host: its slot takes X28 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 827968256, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L28_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 847109120, A(CAST1), 1196304, 2); /* layer 28 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L28_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 28 experts: 16 ranks x 37748736, prefetch */
   layer27_forward(c, false);
-  rt_offload_store(c, 27, H(HX27), A(X27), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 28 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 17758542848, c->we = A(KEPT) + 17777683712;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 18381663488, A(L29_DENSE_PARAM), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 18400804352, A(L29_EXPERTS_PARAM), 37748736, 1); /* layer 29 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 26); /* X26 is on the host: its slot takes X29 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 847109120, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L29_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 866249984, A(CAST0), 1196304, 0); /* layer 29 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L29_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 29 experts: 16 ranks x 37748736, prefetch */
   layer28_forward(c, false);
-  rt_offload_store(c, 28, H(HX28), A(X28), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 29 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 18381663488, c->we = A(KEPT) + 18400804352;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 19004784128, A(L30_DENSE_PARAM), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 19023924992, A(L30_EXPERTS_PARAM), 37748736, 3); /* layer 30 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 27); /* X27 is on the host: its slot takes X30 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 866249984, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L30_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 885390848, A(CAST1), 1196304, 2); /* layer 30 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L30_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 30 experts: 16 ranks x 37748736, prefetch */
   layer29_forward(c, false);
-  rt_offload_store(c, 29, H(HX29), A(X29), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 30 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 19004784128, c->we = A(KEPT) + 19023924992;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 19627904768, A(L31_DENSE_PARAM), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 19647045632, A(L31_EXPERTS_PARAM), 37748736, 1); /* layer 31 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 28); /* X28 is on the host: its slot takes X31 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 885390848, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L31_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 904531712, A(CAST0), 1196304, 0); /* layer 31 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L31_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 31 experts: 16 ranks x 37748736, prefetch */
   layer30_forward(c, false);
-  rt_offload_store(c, 30, H(HX30), A(X30), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 31 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 19627904768, c->we = A(KEPT) + 19647045632;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 20251025408, A(L32_DENSE_PARAM), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 20270166272, A(L32_EXPERTS_PARAM), 37748736, 3); /* layer 32 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 29); /* X29 is on the host: its slot takes X32 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 904531712, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L32_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 923672576, A(CAST1), 1196304, 2); /* layer 32 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L32_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 32 experts: 16 ranks x 37748736, prefetch */
   layer31_forward(c, false);
-  rt_offload_store(c, 31, H(HX31), A(X31), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 32 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 20251025408, c->we = A(KEPT) + 20270166272;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 20874146048, A(L33_DENSE_PARAM), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 20893286912, A(L33_EXPERTS_PARAM), 37748736, 1); /* layer 33 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 30); /* X30 is on the host: its slot takes X33 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 923672576, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L33_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 942813440, A(CAST0), 1196304, 0); /* layer 33 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L33_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 33 experts: 16 ranks x 37748736, prefetch */
   layer32_forward(c, false);
-  rt_offload_store(c, 32, H(HX32), A(X32), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 33 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 20874146048, c->we = A(KEPT) + 20893286912;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 21497266688, A(L34_DENSE_PARAM), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 21516407552, A(L34_EXPERTS_PARAM), 37748736, 3); /* layer 34 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 31); /* X31 is on the host: its slot takes X34 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 942813440, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L34_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 961954304, A(CAST1), 1196304, 2); /* layer 34 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L34_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 34 experts: 16 ranks x 37748736, prefetch */
   layer33_forward(c, false);
-  rt_offload_store(c, 33, H(HX33), A(X33), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 34 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 21497266688, c->we = A(KEPT) + 21516407552;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 22120387328, A(L35_DENSE_PARAM), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 22139528192, A(L35_EXPERTS_PARAM), 37748736, 1); /* layer 35 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 32); /* X32 is on the host: its slot takes X35 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 961954304, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L35_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 981095168, A(CAST0), 1196304, 0); /* layer 35 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L35_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 35 experts: 16 ranks x 37748736, prefetch */
   layer34_forward(c, false);
-  rt_offload_store(c, 34, H(HX34), A(X34), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 35 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 22120387328, c->we = A(KEPT) + 22139528192;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 22743507968, A(L36_DENSE_PARAM), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 22762648832, A(L36_EXPERTS_PARAM), 37748736, 3); /* layer 36 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 33); /* X33 is on the host: its slot takes X36 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 981095168, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L36_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1000236032, A(CAST1), 1196304, 2); /* layer 36 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L36_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 36 experts: 16 ranks x 37748736, prefetch */
   layer35_forward(c, false);
-  rt_offload_store(c, 35, H(HX35), A(X35), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 36 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 22743507968, c->we = A(KEPT) + 22762648832;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 23366628608, A(L37_DENSE_PARAM), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 23385769472, A(L37_EXPERTS_PARAM), 37748736, 1); /* layer 37 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 34); /* X34 is on the host: its slot takes X37 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1000236032, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L37_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1019376896, A(CAST0), 1196304, 0); /* layer 37 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L37_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 37 experts: 16 ranks x 37748736, prefetch */
   layer36_forward(c, false);
-  rt_offload_store(c, 36, H(HX36), A(X36), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 37 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 23366628608, c->we = A(KEPT) + 23385769472;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 23989749248, A(L38_DENSE_PARAM), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 24008890112, A(L38_EXPERTS_PARAM), 37748736, 3); /* layer 38 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 35); /* X35 is on the host: its slot takes X38 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1019376896, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L38_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1038517760, A(CAST1), 1196304, 2); /* layer 38 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L38_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 38 experts: 16 ranks x 37748736, prefetch */
   layer37_forward(c, false);
-  rt_offload_store(c, 37, H(HX37), A(X37), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 38 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 23989749248, c->we = A(KEPT) + 24008890112;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 24612869888, A(L39_DENSE_PARAM), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 24632010752, A(L39_EXPERTS_PARAM), 37748736, 1); /* layer 39 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 36); /* X36 is on the host: its slot takes X39 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1038517760, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L39_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1057658624, A(CAST0), 1196304, 0); /* layer 39 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L39_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 39 experts: 16 ranks x 37748736, prefetch */
   layer38_forward(c, false);
-  rt_offload_store(c, 38, H(HX38), A(X38), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 39 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 24612869888, c->we = A(KEPT) + 24632010752;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 25235990528, A(L40_DENSE_PARAM), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 25255131392, A(L40_EXPERTS_PARAM), 37748736, 3); /* layer 40 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 37); /* X37 is on the host: its slot takes X40 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1057658624, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L40_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1076799488, A(CAST1), 1196304, 2); /* layer 40 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L40_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 40 experts: 16 ranks x 37748736, prefetch */
   layer39_forward(c, false);
-  rt_offload_store(c, 39, H(HX39), A(X39), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 40 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 25235990528, c->we = A(KEPT) + 25255131392;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 25859111168, A(L41_DENSE_PARAM), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 25878252032, A(L41_EXPERTS_PARAM), 37748736, 1); /* layer 41 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 38); /* X38 is on the host: its slot takes X41 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1076799488, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L41_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1095940352, A(CAST0), 1196304, 0); /* layer 41 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L41_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 41 experts: 16 ranks x 37748736, prefetch */
   layer40_forward(c, false);
-  rt_offload_store(c, 40, H(HX40), A(X40), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 41 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 25859111168, c->we = A(KEPT) + 25878252032;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 26482231808, A(L42_DENSE_PARAM), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 26501372672, A(L42_EXPERTS_PARAM), 37748736, 3); /* layer 42 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 39); /* X39 is on the host: its slot takes X42 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1095940352, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L42_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1115081216, A(CAST1), 1196304, 2); /* layer 42 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L42_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 42 experts: 16 ranks x 37748736, prefetch */
   layer41_forward(c, false);
-  rt_offload_store(c, 41, H(HX41), A(X41), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 42 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 26482231808, c->we = A(KEPT) + 26501372672;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 27105352448, A(L43_DENSE_PARAM), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 27124493312, A(L43_EXPERTS_PARAM), 37748736, 1); /* layer 43 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 40); /* X40 is on the host: its slot takes X43 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1115081216, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L43_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1134222080, A(CAST0), 1196304, 0); /* layer 43 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L43_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 43 experts: 16 ranks x 37748736, prefetch */
   layer42_forward(c, false);
-  rt_offload_store(c, 42, H(HX42), A(X42), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 43 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 27105352448, c->we = A(KEPT) + 27124493312;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 27728473088, A(L44_DENSE_PARAM), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 27747613952, A(L44_EXPERTS_PARAM), 37748736, 3); /* layer 44 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 41); /* X41 is on the host: its slot takes X44 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1134222080, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L44_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1153362944, A(CAST1), 1196304, 2); /* layer 44 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L44_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 44 experts: 16 ranks x 37748736, prefetch */
   layer43_forward(c, false);
-  rt_offload_store(c, 43, H(HX43), A(X43), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 44 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 27728473088, c->we = A(KEPT) + 27747613952;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 28351593728, A(L45_DENSE_PARAM), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 28370734592, A(L45_EXPERTS_PARAM), 37748736, 1); /* layer 45 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 42); /* X42 is on the host: its slot takes X45 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1153362944, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L45_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1172503808, A(CAST0), 1196304, 0); /* layer 45 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L45_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 45 experts: 16 ranks x 37748736, prefetch */
   layer44_forward(c, false);
-  rt_offload_store(c, 44, H(HX44), A(X44), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 45 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 28351593728, c->we = A(KEPT) + 28370734592;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 28974714368, A(L46_DENSE_PARAM), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 28993855232, A(L46_EXPERTS_PARAM), 37748736, 3); /* layer 46 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 43); /* X43 is on the host: its slot takes X46 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1172503808, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(L46_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1191644672, A(CAST1), 1196304, 2); /* layer 46 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST1) + 1196304, S(L46_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 46 experts: 16 ranks x 37748736, prefetch */
   layer45_forward(c, false);
-  rt_offload_store(c, 45, H(HX45), A(X45), 134217728); /* to the host while the next layers run */
   rt_comm_label("layer 46 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(2), rt_comm_all_gather_wait(3);
-  c->wd = A(KEPT) + 28974714368, c->we = A(KEPT) + 28993855232;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 29597835008, A(L47_DENSE_PARAM), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.shard_comm, A(KEPT) + 29616975872, A(L47_EXPERTS_PARAM), 37748736, 1); /* layer 47 experts: 16 ranks x 37748736, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 44); /* X44 is on the host: its slot takes X47 */
+  rt_comm_all_gather_wait(3);
+  if (c->gather_kept) rt_comm_all_gather_wait(2);
+  c->wd = A(DENSE_KEPT) + 1191644672, c->we = A(GATHERED1);
+  if (c->gather_kept) rt_cast_to_act(A(CAST0), S(L47_DENSE_MASTER), 1196304); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1210785536, A(CAST0), 1196304, 0); /* layer 47 dense: 16 ranks x 1196304, prefetch, kept until the optimizer step */
+  rt_cast_to_act(A(CAST0) + 1196304, S(L47_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 47 experts: 16 ranks x 37748736, prefetch */
   layer46_forward(c, false);
   rt_comm_label("layer 47 forward");
-  if (c->gather_kept) rt_comm_all_gather_wait(0), rt_comm_all_gather_wait(1);
-  c->wd = A(KEPT) + 29597835008, c->we = A(KEPT) + 29616975872;
-  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(KEPT) + 30220955648, A(HEAD_PARAM), 19447936, 2); /* head: 16 ranks x 19447936, prefetch, kept until the optimizer step */
-  rt_offload_wait(c, 45); /* X45 is on the host: its slot takes X48 */
+  rt_comm_all_gather_wait(1);
+  if (c->gather_kept) rt_comm_all_gather_wait(0);
+  c->wd = A(DENSE_KEPT) + 1210785536, c->we = A(GATHERED0);
+  if (c->gather_kept) rt_cast_to_act(A(CAST1), S(HEAD_MASTER), 19447936); /* its master shard, cast for the gather */
+  if (c->gather_kept) rt_comm_all_gather_start(c->comm.fsdp_comm, A(DENSE_KEPT) + 1229926400, A(CAST1), 19447936, 2); /* head: 16 ranks x 19447936, prefetch, kept until the optimizer step */
   layer47_forward(c, false);
   rt_comm_label("head forward");
   if (c->gather_kept) rt_comm_all_gather_wait(2);
-  c->wd = A(KEPT) + 30220955648;
+  c->wd = A(DENSE_KEPT) + 1229926400;
   rt_rmsnorm_forward(A(LNF), R(RSTDF), A(X48), W(0), 65536, 2048, EPS); /* model.norm */
   return rt_lm_head_ce_forward(R(LSEF), A(LNF), W(2048), I(TARGETS), 65536, 2048, 151936, 4096, RA(CE));
 }
@@ -4465,6 +4373,8 @@ real step_forward(RtCtx *c) {
 void step_backward(RtCtx *c) {
   /* head (its parameters are still gathered from the forward) */
   rt_comm_label("head backward");
+  rt_cast_to_act(A(CAST0) + 1196304, S(L47_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 47 experts: 16 ranks x 37748736, prefetch */
   c->dwd = A(GRAD1);
   rt_zero(A(GRAD1), 311166976);
   rt_zero(A(DLN), 134217728);
@@ -4474,9 +4384,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.fsdp_comm, S(HEAD_GRAD), A(GRAD1), 19447936, true, NULL, 2); /* head: 16 ranks, bf16 on the wire */
   /* layer 47 */
   rt_comm_label("layer 47 backward");
-  c->wd = A(KEPT) + 29597835008, c->we = A(KEPT) + 29616975872;
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 1210785536, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L46_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 46 experts: 16 ranks x 37748736, prefetch */
   layer47_forward(c, true); /* recompute from X47 (full checkpointing) */
-  rt_offload_load(c, 45, A(X45), H(HX45), 134217728); /* prefetch: X48's slot is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
   layer47_backward(c);
@@ -4484,9 +4396,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L47_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 47 experts: 16 ranks, bf16 on the wire */
   /* layer 46 */
   rt_comm_label("layer 46 backward");
-  c->wd = A(KEPT) + 28974714368, c->we = A(KEPT) + 28993855232;
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 1191644672, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L45_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 45 experts: 16 ranks x 37748736, prefetch */
   layer46_forward(c, true); /* recompute from X46 (full checkpointing) */
-  rt_offload_load(c, 44, A(X44), H(HX44), 134217728); /* prefetch: X47's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 49's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4495,10 +4409,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L46_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 46 experts: 16 ranks, bf16 on the wire */
   /* layer 45 */
   rt_comm_label("layer 45 backward");
-  c->wd = A(KEPT) + 28351593728, c->we = A(KEPT) + 28370734592;
-  rt_offload_wait(c, 45); /* X45 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 1172503808, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L44_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 44 experts: 16 ranks x 37748736, prefetch */
   layer45_forward(c, true); /* recompute from X45 (full checkpointing) */
-  rt_offload_load(c, 43, A(X43), H(HX43), 134217728); /* prefetch: X46's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 48's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4507,10 +4422,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L45_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 45 experts: 16 ranks, bf16 on the wire */
   /* layer 44 */
   rt_comm_label("layer 44 backward");
-  c->wd = A(KEPT) + 27728473088, c->we = A(KEPT) + 27747613952;
-  rt_offload_wait(c, 44); /* X44 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 1153362944, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L43_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 43 experts: 16 ranks x 37748736, prefetch */
   layer44_forward(c, true); /* recompute from X44 (full checkpointing) */
-  rt_offload_load(c, 42, A(X42), H(HX42), 134217728); /* prefetch: X45's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 47's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4519,10 +4435,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L44_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 44 experts: 16 ranks, bf16 on the wire */
   /* layer 43 */
   rt_comm_label("layer 43 backward");
-  c->wd = A(KEPT) + 27105352448, c->we = A(KEPT) + 27124493312;
-  rt_offload_wait(c, 43); /* X43 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 1134222080, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L42_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 42 experts: 16 ranks x 37748736, prefetch */
   layer43_forward(c, true); /* recompute from X43 (full checkpointing) */
-  rt_offload_load(c, 41, A(X41), H(HX41), 134217728); /* prefetch: X44's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 46's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4531,10 +4448,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L43_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 43 experts: 16 ranks, bf16 on the wire */
   /* layer 42 */
   rt_comm_label("layer 42 backward");
-  c->wd = A(KEPT) + 26482231808, c->we = A(KEPT) + 26501372672;
-  rt_offload_wait(c, 42); /* X42 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 1115081216, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L41_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 41 experts: 16 ranks x 37748736, prefetch */
   layer42_forward(c, true); /* recompute from X42 (full checkpointing) */
-  rt_offload_load(c, 40, A(X40), H(HX40), 134217728); /* prefetch: X43's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 45's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4543,10 +4461,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L42_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 42 experts: 16 ranks, bf16 on the wire */
   /* layer 41 */
   rt_comm_label("layer 41 backward");
-  c->wd = A(KEPT) + 25859111168, c->we = A(KEPT) + 25878252032;
-  rt_offload_wait(c, 41); /* X41 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 1095940352, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L40_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 40 experts: 16 ranks x 37748736, prefetch */
   layer41_forward(c, true); /* recompute from X41 (full checkpointing) */
-  rt_offload_load(c, 39, A(X39), H(HX39), 134217728); /* prefetch: X42's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 44's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4555,10 +4474,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L41_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 41 experts: 16 ranks, bf16 on the wire */
   /* layer 40 */
   rt_comm_label("layer 40 backward");
-  c->wd = A(KEPT) + 25235990528, c->we = A(KEPT) + 25255131392;
-  rt_offload_wait(c, 40); /* X40 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 1076799488, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L39_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 39 experts: 16 ranks x 37748736, prefetch */
   layer40_forward(c, true); /* recompute from X40 (full checkpointing) */
-  rt_offload_load(c, 38, A(X38), H(HX38), 134217728); /* prefetch: X41's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 43's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4567,10 +4487,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L40_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 40 experts: 16 ranks, bf16 on the wire */
   /* layer 39 */
   rt_comm_label("layer 39 backward");
-  c->wd = A(KEPT) + 24612869888, c->we = A(KEPT) + 24632010752;
-  rt_offload_wait(c, 39); /* X39 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 1057658624, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L38_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 38 experts: 16 ranks x 37748736, prefetch */
   layer39_forward(c, true); /* recompute from X39 (full checkpointing) */
-  rt_offload_load(c, 37, A(X37), H(HX37), 134217728); /* prefetch: X40's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 42's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4579,10 +4500,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L39_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 39 experts: 16 ranks, bf16 on the wire */
   /* layer 38 */
   rt_comm_label("layer 38 backward");
-  c->wd = A(KEPT) + 23989749248, c->we = A(KEPT) + 24008890112;
-  rt_offload_wait(c, 38); /* X38 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 1038517760, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L37_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 37 experts: 16 ranks x 37748736, prefetch */
   layer38_forward(c, true); /* recompute from X38 (full checkpointing) */
-  rt_offload_load(c, 36, A(X36), H(HX36), 134217728); /* prefetch: X39's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 41's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4591,10 +4513,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L38_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 38 experts: 16 ranks, bf16 on the wire */
   /* layer 37 */
   rt_comm_label("layer 37 backward");
-  c->wd = A(KEPT) + 23366628608, c->we = A(KEPT) + 23385769472;
-  rt_offload_wait(c, 37); /* X37 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 1019376896, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L36_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 36 experts: 16 ranks x 37748736, prefetch */
   layer37_forward(c, true); /* recompute from X37 (full checkpointing) */
-  rt_offload_load(c, 35, A(X35), H(HX35), 134217728); /* prefetch: X38's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 40's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4603,10 +4526,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L37_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 37 experts: 16 ranks, bf16 on the wire */
   /* layer 36 */
   rt_comm_label("layer 36 backward");
-  c->wd = A(KEPT) + 22743507968, c->we = A(KEPT) + 22762648832;
-  rt_offload_wait(c, 36); /* X36 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 1000236032, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L35_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 35 experts: 16 ranks x 37748736, prefetch */
   layer36_forward(c, true); /* recompute from X36 (full checkpointing) */
-  rt_offload_load(c, 34, A(X34), H(HX34), 134217728); /* prefetch: X37's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 39's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4615,10 +4539,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L36_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 36 experts: 16 ranks, bf16 on the wire */
   /* layer 35 */
   rt_comm_label("layer 35 backward");
-  c->wd = A(KEPT) + 22120387328, c->we = A(KEPT) + 22139528192;
-  rt_offload_wait(c, 35); /* X35 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 981095168, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L34_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 34 experts: 16 ranks x 37748736, prefetch */
   layer35_forward(c, true); /* recompute from X35 (full checkpointing) */
-  rt_offload_load(c, 33, A(X33), H(HX33), 134217728); /* prefetch: X36's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 38's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4627,10 +4552,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L35_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 35 experts: 16 ranks, bf16 on the wire */
   /* layer 34 */
   rt_comm_label("layer 34 backward");
-  c->wd = A(KEPT) + 21497266688, c->we = A(KEPT) + 21516407552;
-  rt_offload_wait(c, 34); /* X34 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 961954304, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L33_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 33 experts: 16 ranks x 37748736, prefetch */
   layer34_forward(c, true); /* recompute from X34 (full checkpointing) */
-  rt_offload_load(c, 32, A(X32), H(HX32), 134217728); /* prefetch: X35's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 37's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4639,10 +4565,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L34_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 34 experts: 16 ranks, bf16 on the wire */
   /* layer 33 */
   rt_comm_label("layer 33 backward");
-  c->wd = A(KEPT) + 20874146048, c->we = A(KEPT) + 20893286912;
-  rt_offload_wait(c, 33); /* X33 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 942813440, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L32_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 32 experts: 16 ranks x 37748736, prefetch */
   layer33_forward(c, true); /* recompute from X33 (full checkpointing) */
-  rt_offload_load(c, 31, A(X31), H(HX31), 134217728); /* prefetch: X34's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 36's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4651,10 +4578,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L33_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 33 experts: 16 ranks, bf16 on the wire */
   /* layer 32 */
   rt_comm_label("layer 32 backward");
-  c->wd = A(KEPT) + 20251025408, c->we = A(KEPT) + 20270166272;
-  rt_offload_wait(c, 32); /* X32 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 923672576, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L31_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 31 experts: 16 ranks x 37748736, prefetch */
   layer32_forward(c, true); /* recompute from X32 (full checkpointing) */
-  rt_offload_load(c, 30, A(X30), H(HX30), 134217728); /* prefetch: X33's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 35's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4663,10 +4591,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L32_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 32 experts: 16 ranks, bf16 on the wire */
   /* layer 31 */
   rt_comm_label("layer 31 backward");
-  c->wd = A(KEPT) + 19627904768, c->we = A(KEPT) + 19647045632;
-  rt_offload_wait(c, 31); /* X31 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 904531712, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L30_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 30 experts: 16 ranks x 37748736, prefetch */
   layer31_forward(c, true); /* recompute from X31 (full checkpointing) */
-  rt_offload_load(c, 29, A(X29), H(HX29), 134217728); /* prefetch: X32's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 34's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4675,10 +4604,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L31_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 31 experts: 16 ranks, bf16 on the wire */
   /* layer 30 */
   rt_comm_label("layer 30 backward");
-  c->wd = A(KEPT) + 19004784128, c->we = A(KEPT) + 19023924992;
-  rt_offload_wait(c, 30); /* X30 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 885390848, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L29_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 29 experts: 16 ranks x 37748736, prefetch */
   layer30_forward(c, true); /* recompute from X30 (full checkpointing) */
-  rt_offload_load(c, 28, A(X28), H(HX28), 134217728); /* prefetch: X31's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 33's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4687,10 +4617,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L30_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 30 experts: 16 ranks, bf16 on the wire */
   /* layer 29 */
   rt_comm_label("layer 29 backward");
-  c->wd = A(KEPT) + 18381663488, c->we = A(KEPT) + 18400804352;
-  rt_offload_wait(c, 29); /* X29 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 866249984, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L28_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 28 experts: 16 ranks x 37748736, prefetch */
   layer29_forward(c, true); /* recompute from X29 (full checkpointing) */
-  rt_offload_load(c, 27, A(X27), H(HX27), 134217728); /* prefetch: X30's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 32's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4699,10 +4630,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L29_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 29 experts: 16 ranks, bf16 on the wire */
   /* layer 28 */
   rt_comm_label("layer 28 backward");
-  c->wd = A(KEPT) + 17758542848, c->we = A(KEPT) + 17777683712;
-  rt_offload_wait(c, 28); /* X28 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 847109120, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L27_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 27 experts: 16 ranks x 37748736, prefetch */
   layer28_forward(c, true); /* recompute from X28 (full checkpointing) */
-  rt_offload_load(c, 26, A(X26), H(HX26), 134217728); /* prefetch: X29's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 31's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4711,10 +4643,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L28_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 28 experts: 16 ranks, bf16 on the wire */
   /* layer 27 */
   rt_comm_label("layer 27 backward");
-  c->wd = A(KEPT) + 17135422208, c->we = A(KEPT) + 17154563072;
-  rt_offload_wait(c, 27); /* X27 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 827968256, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L26_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 26 experts: 16 ranks x 37748736, prefetch */
   layer27_forward(c, true); /* recompute from X27 (full checkpointing) */
-  rt_offload_load(c, 25, A(X25), H(HX25), 134217728); /* prefetch: X28's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 30's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4723,10 +4656,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L27_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 27 experts: 16 ranks, bf16 on the wire */
   /* layer 26 */
   rt_comm_label("layer 26 backward");
-  c->wd = A(KEPT) + 16512301568, c->we = A(KEPT) + 16531442432;
-  rt_offload_wait(c, 26); /* X26 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 808827392, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L25_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 25 experts: 16 ranks x 37748736, prefetch */
   layer26_forward(c, true); /* recompute from X26 (full checkpointing) */
-  rt_offload_load(c, 24, A(X24), H(HX24), 134217728); /* prefetch: X27's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 29's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4735,10 +4669,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L26_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 26 experts: 16 ranks, bf16 on the wire */
   /* layer 25 */
   rt_comm_label("layer 25 backward");
-  c->wd = A(KEPT) + 15889180928, c->we = A(KEPT) + 15908321792;
-  rt_offload_wait(c, 25); /* X25 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 789686528, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L24_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 24 experts: 16 ranks x 37748736, prefetch */
   layer25_forward(c, true); /* recompute from X25 (full checkpointing) */
-  rt_offload_load(c, 23, A(X23), H(HX23), 134217728); /* prefetch: X26's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 28's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4747,10 +4682,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L25_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 25 experts: 16 ranks, bf16 on the wire */
   /* layer 24 */
   rt_comm_label("layer 24 backward");
-  c->wd = A(KEPT) + 15266060288, c->we = A(KEPT) + 15285201152;
-  rt_offload_wait(c, 24); /* X24 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 770545664, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L23_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 23 experts: 16 ranks x 37748736, prefetch */
   layer24_forward(c, true); /* recompute from X24 (full checkpointing) */
-  rt_offload_load(c, 22, A(X22), H(HX22), 134217728); /* prefetch: X25's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 27's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4759,10 +4695,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L24_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 24 experts: 16 ranks, bf16 on the wire */
   /* layer 23 */
   rt_comm_label("layer 23 backward");
-  c->wd = A(KEPT) + 14642939648, c->we = A(KEPT) + 14662080512;
-  rt_offload_wait(c, 23); /* X23 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 751404800, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L22_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 22 experts: 16 ranks x 37748736, prefetch */
   layer23_forward(c, true); /* recompute from X23 (full checkpointing) */
-  rt_offload_load(c, 21, A(X21), H(HX21), 134217728); /* prefetch: X24's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 26's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4771,10 +4708,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L23_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 23 experts: 16 ranks, bf16 on the wire */
   /* layer 22 */
   rt_comm_label("layer 22 backward");
-  c->wd = A(KEPT) + 14019819008, c->we = A(KEPT) + 14038959872;
-  rt_offload_wait(c, 22); /* X22 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 732263936, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L21_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 21 experts: 16 ranks x 37748736, prefetch */
   layer22_forward(c, true); /* recompute from X22 (full checkpointing) */
-  rt_offload_load(c, 20, A(X20), H(HX20), 134217728); /* prefetch: X23's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 25's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4783,10 +4721,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L22_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 22 experts: 16 ranks, bf16 on the wire */
   /* layer 21 */
   rt_comm_label("layer 21 backward");
-  c->wd = A(KEPT) + 13396698368, c->we = A(KEPT) + 13415839232;
-  rt_offload_wait(c, 21); /* X21 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 713123072, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L20_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 20 experts: 16 ranks x 37748736, prefetch */
   layer21_forward(c, true); /* recompute from X21 (full checkpointing) */
-  rt_offload_load(c, 19, A(X19), H(HX19), 134217728); /* prefetch: X22's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 24's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4795,10 +4734,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L21_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 21 experts: 16 ranks, bf16 on the wire */
   /* layer 20 */
   rt_comm_label("layer 20 backward");
-  c->wd = A(KEPT) + 12773577728, c->we = A(KEPT) + 12792718592;
-  rt_offload_wait(c, 20); /* X20 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 693982208, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L19_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 19 experts: 16 ranks x 37748736, prefetch */
   layer20_forward(c, true); /* recompute from X20 (full checkpointing) */
-  rt_offload_load(c, 18, A(X18), H(HX18), 134217728); /* prefetch: X21's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 23's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4807,10 +4747,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L20_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 20 experts: 16 ranks, bf16 on the wire */
   /* layer 19 */
   rt_comm_label("layer 19 backward");
-  c->wd = A(KEPT) + 12150457088, c->we = A(KEPT) + 12169597952;
-  rt_offload_wait(c, 19); /* X19 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 674841344, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L18_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 18 experts: 16 ranks x 37748736, prefetch */
   layer19_forward(c, true); /* recompute from X19 (full checkpointing) */
-  rt_offload_load(c, 17, A(X17), H(HX17), 134217728); /* prefetch: X20's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 22's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4819,10 +4760,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L19_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 19 experts: 16 ranks, bf16 on the wire */
   /* layer 18 */
   rt_comm_label("layer 18 backward");
-  c->wd = A(KEPT) + 11527336448, c->we = A(KEPT) + 11546477312;
-  rt_offload_wait(c, 18); /* X18 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 655700480, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L17_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 17 experts: 16 ranks x 37748736, prefetch */
   layer18_forward(c, true); /* recompute from X18 (full checkpointing) */
-  rt_offload_load(c, 16, A(X16), H(HX16), 134217728); /* prefetch: X19's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 21's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4831,10 +4773,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L18_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 18 experts: 16 ranks, bf16 on the wire */
   /* layer 17 */
   rt_comm_label("layer 17 backward");
-  c->wd = A(KEPT) + 10904215808, c->we = A(KEPT) + 10923356672;
-  rt_offload_wait(c, 17); /* X17 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 636559616, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L16_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 16 experts: 16 ranks x 37748736, prefetch */
   layer17_forward(c, true); /* recompute from X17 (full checkpointing) */
-  rt_offload_load(c, 15, A(X15), H(HX15), 134217728); /* prefetch: X18's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 20's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4843,10 +4786,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L17_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 17 experts: 16 ranks, bf16 on the wire */
   /* layer 16 */
   rt_comm_label("layer 16 backward");
-  c->wd = A(KEPT) + 10281095168, c->we = A(KEPT) + 10300236032;
-  rt_offload_wait(c, 16); /* X16 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 617418752, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L15_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 15 experts: 16 ranks x 37748736, prefetch */
   layer16_forward(c, true); /* recompute from X16 (full checkpointing) */
-  rt_offload_load(c, 14, A(X14), H(HX14), 134217728); /* prefetch: X17's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 19's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4855,10 +4799,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L16_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 16 experts: 16 ranks, bf16 on the wire */
   /* layer 15 */
   rt_comm_label("layer 15 backward");
-  c->wd = A(KEPT) + 9657974528, c->we = A(KEPT) + 9677115392;
-  rt_offload_wait(c, 15); /* X15 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 598277888, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L14_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 14 experts: 16 ranks x 37748736, prefetch */
   layer15_forward(c, true); /* recompute from X15 (full checkpointing) */
-  rt_offload_load(c, 13, A(X13), H(HX13), 134217728); /* prefetch: X16's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 18's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4867,10 +4812,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L15_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 15 experts: 16 ranks, bf16 on the wire */
   /* layer 14 */
   rt_comm_label("layer 14 backward");
-  c->wd = A(KEPT) + 9034853888, c->we = A(KEPT) + 9053994752;
-  rt_offload_wait(c, 14); /* X14 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 579137024, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L13_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 13 experts: 16 ranks x 37748736, prefetch */
   layer14_forward(c, true); /* recompute from X14 (full checkpointing) */
-  rt_offload_load(c, 12, A(X12), H(HX12), 134217728); /* prefetch: X15's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 17's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4879,10 +4825,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L14_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 14 experts: 16 ranks, bf16 on the wire */
   /* layer 13 */
   rt_comm_label("layer 13 backward");
-  c->wd = A(KEPT) + 8411733248, c->we = A(KEPT) + 8430874112;
-  rt_offload_wait(c, 13); /* X13 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 559996160, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L12_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 12 experts: 16 ranks x 37748736, prefetch */
   layer13_forward(c, true); /* recompute from X13 (full checkpointing) */
-  rt_offload_load(c, 11, A(X11), H(HX11), 134217728); /* prefetch: X14's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 16's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4891,10 +4838,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L13_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 13 experts: 16 ranks, bf16 on the wire */
   /* layer 12 */
   rt_comm_label("layer 12 backward");
-  c->wd = A(KEPT) + 7788612608, c->we = A(KEPT) + 7807753472;
-  rt_offload_wait(c, 12); /* X12 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 540855296, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L11_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 11 experts: 16 ranks x 37748736, prefetch */
   layer12_forward(c, true); /* recompute from X12 (full checkpointing) */
-  rt_offload_load(c, 10, A(X10), H(HX10), 134217728); /* prefetch: X13's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 15's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4903,10 +4851,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L12_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 12 experts: 16 ranks, bf16 on the wire */
   /* layer 11 */
   rt_comm_label("layer 11 backward");
-  c->wd = A(KEPT) + 7165491968, c->we = A(KEPT) + 7184632832;
-  rt_offload_wait(c, 11); /* X11 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 521714432, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L10_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 10 experts: 16 ranks x 37748736, prefetch */
   layer11_forward(c, true); /* recompute from X11 (full checkpointing) */
-  rt_offload_load(c, 9, A(X9), H(HX9), 134217728); /* prefetch: X12's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 14's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4915,10 +4864,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L11_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 11 experts: 16 ranks, bf16 on the wire */
   /* layer 10 */
   rt_comm_label("layer 10 backward");
-  c->wd = A(KEPT) + 6542371328, c->we = A(KEPT) + 6561512192;
-  rt_offload_wait(c, 10); /* X10 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 502573568, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L9_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 9 experts: 16 ranks x 37748736, prefetch */
   layer10_forward(c, true); /* recompute from X10 (full checkpointing) */
-  rt_offload_load(c, 8, A(X8), H(HX8), 134217728); /* prefetch: X11's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 13's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4927,10 +4877,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L10_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 10 experts: 16 ranks, bf16 on the wire */
   /* layer 9 */
   rt_comm_label("layer 9 backward");
-  c->wd = A(KEPT) + 5919250688, c->we = A(KEPT) + 5938391552;
-  rt_offload_wait(c, 9); /* X9 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 483432704, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L8_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 8 experts: 16 ranks x 37748736, prefetch */
   layer9_forward(c, true); /* recompute from X9 (full checkpointing) */
-  rt_offload_load(c, 7, A(X7), H(HX7), 134217728); /* prefetch: X10's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 12's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4939,10 +4890,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L9_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 9 experts: 16 ranks, bf16 on the wire */
   /* layer 8 */
   rt_comm_label("layer 8 backward");
-  c->wd = A(KEPT) + 5296130048, c->we = A(KEPT) + 5315270912;
-  rt_offload_wait(c, 8); /* X8 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 464291840, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L7_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 7 experts: 16 ranks x 37748736, prefetch */
   layer8_forward(c, true); /* recompute from X8 (full checkpointing) */
-  rt_offload_load(c, 6, A(X6), H(HX6), 134217728); /* prefetch: X9's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 11's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4951,10 +4903,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L8_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 8 experts: 16 ranks, bf16 on the wire */
   /* layer 7 */
   rt_comm_label("layer 7 backward");
-  c->wd = A(KEPT) + 4673009408, c->we = A(KEPT) + 4692150272;
-  rt_offload_wait(c, 7); /* X7 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 445150976, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L6_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 6 experts: 16 ranks x 37748736, prefetch */
   layer7_forward(c, true); /* recompute from X7 (full checkpointing) */
-  rt_offload_load(c, 5, A(X5), H(HX5), 134217728); /* prefetch: X8's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 10's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4963,10 +4916,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L7_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 7 experts: 16 ranks, bf16 on the wire */
   /* layer 6 */
   rt_comm_label("layer 6 backward");
-  c->wd = A(KEPT) + 4049888768, c->we = A(KEPT) + 4069029632;
-  rt_offload_wait(c, 6); /* X6 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 426010112, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L5_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 5 experts: 16 ranks x 37748736, prefetch */
   layer6_forward(c, true); /* recompute from X6 (full checkpointing) */
-  rt_offload_load(c, 4, A(X4), H(HX4), 134217728); /* prefetch: X7's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 9's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4975,10 +4929,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L6_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 6 experts: 16 ranks, bf16 on the wire */
   /* layer 5 */
   rt_comm_label("layer 5 backward");
-  c->wd = A(KEPT) + 3426768128, c->we = A(KEPT) + 3445908992;
-  rt_offload_wait(c, 5); /* X5 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 406869248, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L4_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 4 experts: 16 ranks x 37748736, prefetch */
   layer5_forward(c, true); /* recompute from X5 (full checkpointing) */
-  rt_offload_load(c, 3, A(X3), H(HX3), 134217728); /* prefetch: X6's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 8's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -4987,10 +4942,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L5_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 5 experts: 16 ranks, bf16 on the wire */
   /* layer 4 */
   rt_comm_label("layer 4 backward");
-  c->wd = A(KEPT) + 2803647488, c->we = A(KEPT) + 2822788352;
-  rt_offload_wait(c, 4); /* X4 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 387728384, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L3_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 3 experts: 16 ranks x 37748736, prefetch */
   layer4_forward(c, true); /* recompute from X4 (full checkpointing) */
-  rt_offload_load(c, 2, A(X2), H(HX2), 134217728); /* prefetch: X5's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 7's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -4999,10 +4955,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L4_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 4 experts: 16 ranks, bf16 on the wire */
   /* layer 3 */
   rt_comm_label("layer 3 backward");
-  c->wd = A(KEPT) + 2180526848, c->we = A(KEPT) + 2199667712;
-  rt_offload_wait(c, 3); /* X3 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 368587520, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L2_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 2 experts: 16 ranks x 37748736, prefetch */
   layer3_forward(c, true); /* recompute from X3 (full checkpointing) */
-  rt_offload_load(c, 1, A(X1), H(HX1), 134217728); /* prefetch: X4's slot is free */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 6's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
   rt_zero(A(GRAD0), 623120640);
@@ -5011,10 +4968,11 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L3_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 3 experts: 16 ranks, bf16 on the wire */
   /* layer 2 */
   rt_comm_label("layer 2 backward");
-  c->wd = A(KEPT) + 1557406208, c->we = A(KEPT) + 1576547072;
-  rt_offload_wait(c, 2); /* X2 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 349446656, c->we = A(GATHERED1);
+  rt_cast_to_act(A(CAST0) + 1196304, S(L1_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED0), A(CAST0) + 1196304, 37748736, 1); /* layer 1 experts: 16 ranks x 37748736, prefetch */
   layer2_forward(c, true); /* recompute from X2 (full checkpointing) */
-  rt_offload_load(c, 0, A(X0), H(HX0), 134217728); /* prefetch: X3's slot is free */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 5's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;
   rt_zero(A(GRAD1), 623120640);
@@ -5023,8 +4981,10 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L2_EXPERTS_GRAD), A(GRAD1) + 19140864, 37748736, true, NULL, 3); /* layer 2 experts: 16 ranks, bf16 on the wire */
   /* layer 1 */
   rt_comm_label("layer 1 backward");
-  c->wd = A(KEPT) + 934285568, c->we = A(KEPT) + 953426432;
-  rt_offload_wait(c, 1); /* X1 is back */
+  rt_comm_all_gather_wait(1);
+  c->wd = A(DENSE_KEPT) + 330305792, c->we = A(GATHERED0);
+  rt_cast_to_act(A(CAST1) + 1196304, S(L0_EXPERTS_MASTER), 37748736); /* its master shard, cast for the gather */
+  rt_comm_all_gather_start(c->comm.shard_comm, A(GATHERED1), A(CAST1) + 1196304, 37748736, 3); /* layer 0 experts: 16 ranks x 37748736, prefetch */
   layer1_forward(c, true); /* recompute from X1 (full checkpointing) */
   rt_comm_reduce_scatter_wait(0), rt_comm_reduce_scatter_wait(1); /* unit 4's: the buffer is free */
   c->dwd = A(GRAD0), c->dwe = A(GRAD0) + 19140864;
@@ -5034,8 +4994,8 @@ void step_backward(RtCtx *c) {
   rt_comm_reduce_scatter_start(c->comm.shard_comm, S(L1_EXPERTS_GRAD), A(GRAD0) + 19140864, 37748736, true, NULL, 1); /* layer 1 experts: 16 ranks, bf16 on the wire */
   /* layer 0 */
   rt_comm_label("layer 0 backward");
-  c->wd = A(KEPT) + 311164928, c->we = A(KEPT) + 330305792;
-  rt_offload_wait(c, 0); /* X0 is back */
+  rt_comm_all_gather_wait(3);
+  c->wd = A(DENSE_KEPT) + 311164928, c->we = A(GATHERED1);
   layer0_forward(c, true); /* recompute from X0 (full checkpointing) */
   rt_comm_reduce_scatter_wait(2), rt_comm_reduce_scatter_wait(3); /* unit 3's: the buffer is free */
   c->dwd = A(GRAD1), c->dwe = A(GRAD1) + 19140864;

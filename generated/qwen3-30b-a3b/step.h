@@ -63,7 +63,7 @@
   "model.moe.topk_group 1, " \
   "model.moe.routed_scaling_factor 1"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "a06784e6495a5332"
+#define PLAN_HASH "c9f0dc9b33953f30"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16
@@ -105,42 +105,42 @@
 #define WEIGHT_DECAY 0.1
 #define GRAD_CLIP 1
 #define FLOPS_PER_TOKEN 2.300628e+10 /* training FLOPs per token (plan.json model.flops_per_token) */
-#define PREDICTED_TOKENS_PER_S_PER_GPU 9862.16 /* the plan's prediction for the spec's cluster */
+#define PREDICTED_TOKENS_PER_S_PER_GPU 14452.2 /* the plan's prediction for the spec's cluster */
 #define PEAK_FLOPS_PER_GPU 9.890000e+14 /* the MFU denominator: bf16 peak per GPU (plan.json cluster.peak_bf16_flops_per_gpu) */
 #define SPEC_GPUS_PER_NODE 4 /* to say which mtc compile --set fits another launch */
-#define PLAN_HBM_BYTES 86217235200 /* the plan's packed HBM arena per GPU (plan.json memory) */
-#define PLAN_HOST_BYTES 47176739584 /* its host (Grace) arena per GPU */
+#define PLAN_HBM_BYTES 69602077440 /* the plan's packed HBM arena per GPU (plan.json memory) */
+#define PLAN_HOST_BYTES 34828708608 /* its host (Grace) arena per GPU */
 #define PLAN_HBM_RESERVE_BYTES 2147483648 /* of it, reserved for the CUDA context and NCCL (not allocated here) */
 #define PLAN_HOST_RESERVE_BYTES 4294967296 /* of the host arena, reserved for the system */
 #define PLAN_CUBLAS_WORKSPACE_BYTES 33554432 /* cuBLAS's workspace (an HBM reserve item the program allocates) */
 
 /* the state arena: 7633030656 elements of real (fp32 master shards, gradients, moments) in
- * host (Grace) memory; the optimizer step runs on the host CPU */
+ * device (HBM) memory; the optimizer step runs on the GPU */
 #define STATE_ELEMS 7633030656
-#define STATE_ON_HOST 1
-#define OPT_STEP_ON_HOST 1
+#define STATE_ON_HOST 0
+#define OPT_STEP_ON_HOST 0
 /* the plan's HBM tier but its state block and the items outside the program (reserves, the
- * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 0 + 2 o of the tier (plan.json
+ * runtime's scratch): one span of ACT_ELEMS units, unit o at byte 30532122624 + 2 o of the tier (plan.json
  * memory.hbm: each item's offset) on the cuda backend, x sizeof(act) / 2 on the cpu backend;
  * every buffer, act, real or int32, at a unit offset (R, A, I below). ARENA_ELEMS is 0 (no
  * separate fp32 arena) and no range is scratch only (ARENA_SCRATCH, ACT_SCRATCH at the ends) */
 #define ARENA_ELEMS 0
 #define ARENA_SCRATCH 0
-#define ACT_ELEMS 41468368128
-#define ACT_SCRATCH 41468368128
-#define INPUTS 41468105216 /* [data.tokens] */
-#define TARGETS 41468236288 /* [data.tokens] */
+#define ACT_ELEMS 17894727936
+#define ACT_SCRATCH 17894727936
+#define INPUTS 17894465024 /* [data.tokens] */
+#define TARGETS 17894596096 /* [data.tokens] */
 /* the HBM span's ranges [unit, unit + n) that live across micro-batches (tokens, expert loads,
  * shards, kept parameters); the rest is written by each micro-batch before it is read */
-#define STEP_LIVE_RANGES {{41468105216, 131072}, {41468236288, 131072}, {35225287040, 19447808}, {35244734848, 1196304}, {35245931168, 37748736}, {35283679904, 1196304}, {35284876224, 37748736}, {35322624960, 1196304}, {35323821280, 37748736}, {35361570016, 1196304}, {35362766336, 37748736}, {35400515072, 1196304}, {35401711392, 37748736}, {35439460128, 1196304}, {35440656448, 37748736}, {35478405184, 1196304}, {35479601504, 37748736}, {35517350240, 1196304}, {35518546560, 37748736}, {35556295296, 1196304}, {35557491616, 37748736}, {35595240352, 1196304}, {35596436672, 37748736}, {35634185408, 1196304}, {35635381728, 37748736}, {35673130464, 1196304}, {35674326784, 37748736}, {35712075520, 1196304}, {35713271840, 37748736}, {35751020576, 1196304}, {35752216896, 37748736}, {35789965632, 1196304}, {35791161952, 37748736}, {35828910688, 1196304}, {35830107008, 37748736}, {35867855744, 1196304}, {35869052064, 37748736}, {35906800800, 1196304}, {35907997120, 37748736}, {35945745856, 1196304}, {35946942176, 37748736}, {35984690912, 1196304}, {35985887232, 37748736}, {36023635968, 1196304}, {36024832288, 37748736}, {36062581024, 1196304}, {36063777344, 37748736}, {36101526080, 1196304}, {36102722400, 37748736}, {36140471136, 1196304}, {36141667456, 37748736}, {36179416192, 1196304}, {36180612512, 37748736}, {36218361248, 1196304}, {36219557568, 37748736}, {36257306304, 1196304}, {36258502624, 37748736}, {36296251360, 1196304}, {36297447680, 37748736}, {36335196416, 1196304}, {36336392736, 37748736}, {36374141472, 1196304}, {36375337792, 37748736}, {36413086528, 1196304}, {36414282848, 37748736}, {36452031584, 1196304}, {36453227904, 37748736}, {36490976640, 1196304}, {36492172960, 37748736}, {36529921696, 1196304}, {36531118016, 37748736}, {36568866752, 1196304}, {36570063072, 37748736}, {36607811808, 1196304}, {36609008128, 37748736}, {36646756864, 1196304}, {36647953184, 37748736}, {36685701920, 1196304}, {36686898240, 37748736}, {36724646976, 1196304}, {36725843296, 37748736}, {36763592032, 1196304}, {36764788352, 37748736}, {36802537088, 1196304}, {36803733408, 37748736}, {36841482144, 1196304}, {36842678464, 37748736}, {36880427200, 1196304}, {36881623520, 37748736}, {36919372256, 1196304}, {36920568576, 37748736}, {36958317312, 1196304}, {36959513632, 37748736}, {36997262368, 1196304}, {36998458688, 37748736}, {37036207424, 1196304}, {37037403744, 37748736}, {37075152480, 1196304}, {37076348800, 37748736}, {37114097536, 19447936}, {0, 30532122624}}
-#define STEP_N_LIVE_RANGES 101
-#define STATE_STAGING 39415246848 /* GRAD0 (activation arena), free between steps: a state arena on the host
+#define STEP_LIVE_RANGES {{17894465024, 131072}, {17894596096, 131072}, {11135615360, 1541093376}}
+#define STEP_N_LIVE_RANGES 3
+#define STATE_STAGING 14958410112 /* GRAD0 (activation arena), free between steps: a state arena on the host
                              goes through it to NCCL in pieces of its bytes */
 #define STATE_STAGING_ELEMS 623120640
-#define HOST_ELEMS 21440076800 /* the host arena, units of 2 B of the plan's host tier (HOST_ELEMS x sizeof(act) bytes, one allocation: pinned on cuda): the state when the plan keeps it there (from 0), the boundaries waiting for the backward (HX<l>), Muon's host scratch (MUON_HOST_AT, MUON_STEP_AT), each at its plan item's offset */
+#define HOST_ELEMS 0 /* the host arena, units of 2 B of the plan's host tier (HOST_ELEMS x sizeof(act) bytes, one allocation: pinned on cuda): the state when the plan keeps it there (from 0), the boundaries waiting for the backward (HX<l>), Muon's host scratch (MUON_HOST_AT, MUON_STEP_AT), each at its plan item's offset */
 #define MUON_HOST_AT 0 /* [workspace.muon_exchange_host] in the host arena (0: none) */
 #define MUON_STEP_AT 0 /* [workspace.newton_schulz] in the host arena (0: none) */
-#define OFFLOAD_IDS 46 /* boundaries that go to the host and back */
+#define OFFLOAD_IDS 0 /* boundaries that go to the host and back */
 #define N_GROUPS 98
 #define N_TENSORS 579
 extern const RtGroup step_groups[N_GROUPS];

@@ -150,9 +150,12 @@ void cu_host_wait_event(cudaEvent_t ev, const char *why);
 /* Whether the stream was made to wait for a collective since the last host wait (comm_nccl.c):
  * a blocking copy then polls first (rt_cu_host_wait), so that a hung collective is named. */
 int cu_comm_waited(void);
-/* The attention kernels in use, for the start-up line; whether they are cuDNN's. */
+/* The attention kernels in use, for the start-up line; whether they are cuDNN's; whether they are
+ * the own tiled flash kernels (80-flash.cu: kernels.cu has them and neither the plan nor
+ * $MTC_ATTENTION picks cuDNN or the warp-per-row ones). */
 const char *cu_attention_name(void);
 int cu_attention_cudnn(void);
+int cu_attention_flash(void);
 /* Context parallelism (ops_cp.c): builds the cuDNN plans of this rank's two query chunks (cu.cfg's
  * cp, cp_rank) at start-up. */
 void cu_attn_span_prepare(void);

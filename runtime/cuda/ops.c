@@ -620,13 +620,16 @@ static int attention_choice(void) {
 static int use_cudnn(void) { return attention_choice() == 2; }
 int cu_attention_cudnn(void) { return use_cudnn(); }
 static int use_flash(void) { return attention_choice() == 1; }
+int cu_attention_flash(void) { return use_flash(); }
 
 const char *cu_attention_name(void) {
   static char buf[1200];
   size_t v = cudnnGetVersion();
   if (use_cudnn())
     return snprintf(buf, sizeof buf, "cuDNN %zu.%zu.%zu (%s)", v / 10000, v / 100 % 100, v % 100, cu_attn_cudnn_report()), buf;
-  if (cu.cfg.cp > 1) return "span (warp per row: context parallelism's chunks, ops_cp.c)";
+  if (cu.cfg.cp > 1)
+    return use_flash() ? "span flash (tiled, tensor cores: context parallelism's chunks, ops_cp.c)"
+                       : "span (warp per row: context parallelism's chunks, ops_cp.c)";
   return use_flash() ? "flash (tiled, tensor cores)" : "simple (warp per row)";
 }
 
@@ -660,14 +663,16 @@ static CuAttnShape attn_shape(int B, int T, int nh, int nkv, int hd, int vd) {
 static void attention_forward(const CuAttnShape *a, act *out, real *lse, const act *q, const act *k, const act *v) {
   int B = (int)a->b, T = (int)a->sq, nh = (int)a->hq;
   int qld = (int)a->q.token, kld = (int)a->k.token, vld = (int)a->v.token;
-  if (use_cudnn())
+  if (use_cudnn()) {
     cu_attn_cudnn_forward(a, out, lse, q, k, v);
-  else if (use_flash())
+  } else if (use_flash()) {
+    long long lo = 0, hi = T / 2; /* the plain causal layout of the span kernels (80-flash.cu) */
     cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,
-               (void *[]){&out, &lse, &q, &k, &v, &qld, &kld, &vld});
-  else
+               (void *[]){&out, &lse, &q, &k, &v, &qld, &kld, &vld, &lo, &hi});
+  } else {
     cu_launch(K_ATTENTION_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128,
               (void *[]){&out, &lse, &q, &k, &v, &qld, &kld, &vld});
+  }
 }
 
 static void attention_backward(const CuAttnShape *a, act *dq, act *dk, act *dv, const act *dout, const act *q,
@@ -683,11 +688,13 @@ static void attention_backward(const CuAttnShape *a, act *dq, act *dk, act *dv, 
     return;
   }
   if (use_flash()) {
+    long long lo = 0, hi = T / 2; /* the plain causal layout; dq, dk, dv written (add 0) */
+    int add = 0;
     cu_launch(K_FLASH_BACKWARD_PREP, cu_blocks((long long)B * T * nh, 4), 128, (void *[]){&delta, &dout, &out});
     cu_launch3(K_FLASH_BACKWARD_DQ, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,
-               (void *[]){&dq, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld});
+               (void *[]){&dq, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld, &lo, &hi, &add});
     cu_launch3(K_FLASH_BACKWARD_DKV, (unsigned)(T / 64), (unsigned)nkv, (unsigned)B, 128,
-               (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld});
+               (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld, &lo, &hi, &add});
     return;
   }
   cu_launch(K_ATTENTION_BACKWARD_DQ, cu_blocks((long long)B * T * nh * 32, 128), 128,

@@ -11,7 +11,10 @@
  * backward's group of the shared workspace: compiler/attn_ws.c), which is then added in. The lse of chunk c of sequence b is at
  * lse + (2 b + c) · nh · T/2 (cuDNN's b × hq × s_q layout; only this backend reads it). Elsewhere
  * (head dims cuDNN does not serve, the fp32-activation build, $MTC_ATTENTION): kernels.cu's
- * warp-per-row span kernels (45-context.cu), whose lse is (B·T, nh) as the own kernels'. */
+ * own kernels, whose lse is (B·T, nh): the tiled flash kernels (80-flash.cu, the same kernels as
+ * cp 1's with this rank's lo, hi and the whole sequences' keys; one launch for both chunks, 64
+ * queries or keys a block) where kernels.cu has them (equal head dims, a multiple of 16 up to 128;
+ * T a multiple of 64), else the warp-per-row span kernels (45-context.cu). */
 #include <string.h>
 
 #include "cu_internal.h"
@@ -85,6 +88,12 @@ void rt_attention_span_forward(act *out, real *lse, const act *q, const act *k, 
     return;
   }
   long long l = lo, h = hi;
+  if (cu_attention_flash()) {
+    int qld = nh * hd, kld = nkv * hd, vld = nkv * vd;
+    cu_launch3(K_FLASH_FORWARD, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,
+               (void *[]){&out, &lse, &q, &k, &v, &qld, &kld, &vld, &l, &h});
+    return;
+  }
   cu_launch(K_ATTENTION_SPAN_FORWARD, cu_blocks((long long)B * T * nh * 32, 128), 128,
             (void *[]){&out, &lse, &q, &k, &v, &l, &h});
 }
@@ -112,6 +121,16 @@ void rt_attention_span_backward(act *dq, act *dk, act *dv, const act *dout, cons
     return;
   }
   long long l = lo, h = hi;
+  if (cu_attention_flash()) { /* dq, dk, dv added to (add 1); the key tiles up to the last position */
+    int qld = nh * hd, kld = nkv * hd, vld = nkv * vd, add = 1;
+    unsigned ktiles = (unsigned)((hi + T / 2 + 63) / 64);
+    cu_launch(K_FLASH_BACKWARD_PREP, cu_blocks((long long)B * T * nh, 4), 128, (void *[]){&delta, &dout, &out});
+    cu_launch3(K_FLASH_BACKWARD_DQ, (unsigned)(T / 64), (unsigned)nh, (unsigned)B, 128,
+               (void *[]){&dq, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld, &l, &h, &add});
+    cu_launch3(K_FLASH_BACKWARD_DKV, ktiles, (unsigned)nkv, (unsigned)B, 128,
+               (void *[]){&dk, &dv, &dout, &q, &k, &v, &lse, &delta, &qld, &kld, &vld, &l, &h, &add});
+    return;
+  }
   cu_launch(K_ATTENTION_SPAN_BACKWARD_DQ, cu_blocks((long long)B * T * nh * 32, 128), 128,
             (void *[]){&dq, &delta, &dout, &q, &k, &v, &out, &lse, &l, &h});
   cu_launch(K_ATTENTION_SPAN_BACKWARD_DKV, cu_blocks((long long)B * S * nkv * 32, 128), 128,

@@ -7,7 +7,9 @@
 // the whole sequences (all-gathered over the cp group); the query at position p attends to keys
 // 0..p. Without context parallelism CP_SEQ_LEN is SEQ_LEN, and lo 0, hi SEQ_LEN / 2 is the plain
 // causal layout. Warp-per-row kernels as attention_forward's (block 128 = 4 warps); lse and delta
-// (TOKENS, HEADS) as theirs.
+// (TOKENS, HEADS) as theirs. The tiled tensor-core kernels of 80-flash.cu take the same lo, hi and
+// layouts (the host prefers them where kernels.cu has them: runtime/cuda/ops_cp.c); these serve
+// the shapes they do not (MLA's unequal head dims, SEQ_LEN no multiple of 64).
 #ifndef CP_SEQ_LEN
 #define CP_SEQ_LEN SEQ_LEN
 #endif

@@ -6,7 +6,8 @@
  *
  * The cuda runtime is set up as train.c does it: rt_cuda_setup with kernels.cu after a prelude
  * of the test's shapes, fp32 storage (ACT_FLOAT), as compiler/emit_prog.c writes it. Three
- * passes, each a fresh set-up:
+ * passes, each a fresh set-up, then, with the same settings, one set-up per rank of a cp plan
+ * (kernels.cu of a rank's shapes and CP_SEQ_LEN) for the span attention's checks:
  *   fp32 GEMMs (MTC_GEMM=fp32), flash attention            tight, but bf16 tensor-core attention
  *   fp32 GEMMs, simple attention (MTC_ATTENTION=simple)    tight everywhere; the experts as the GEMM loop
  *   bf16 GEMMs (the default, CUBLAS_COMPUTE_32F_FAST_16BF) loose where a GEMM is involved
@@ -190,15 +191,17 @@ void check_scalar(const char *name, double got, double ref, double tol) {
 /* ---- the passes ---- */
 
 /* kernels.cu: the files at paths[0..n) (templates/kernels/NN-*.cu in name order) after the prelude
- * of the test's shapes, as emit_prog.c writes it (malloc'ed; NULL when a file cannot be read). */
-static char *kernels_source(char **paths, int n, size_t *len) {
-  char pre[512];
+ * of the test's shapes, as emit_prog.c writes it (malloc'ed; NULL when a file cannot be read);
+ * cp > 1: the context-parallel pass's (a rank's CP_T tokens of B sequences of CP_S, CP_SEQ_LEN). */
+static char *kernels_source(char **paths, int n, int cp, size_t *len) {
+  char pre[640], cps[64] = "";
+  if (cp > 1) snprintf(cps, sizeof cps, "#define CP_SEQ_LEN %d\n", CP_S);
   int pl = snprintf(pre, sizeof pre,
-                    "%s#define TOKENS %d\n#define SEQ_LEN %d\n#define HIDDEN %d\n#define HEADS %d\n"
+                    "%s#define TOKENS %d\n#define SEQ_LEN %d\n%s#define HIDDEN %d\n#define HEADS %d\n"
                     "#define KV_HEADS %d\n#define HEAD_DIM %d\n#define ROPE_THETA ((float)%.17g)\n#define RMS_EPS 1e-5f\n"
                     "#define VOCAB %d\n#define VOCAB_CHUNK %d\n#define EXPERTS %d\n#define TOP_K %d\n\n",
-                    MTRT_ACT_IS_BF16 ? "" : "#define ACT_FLOAT\n", N, T, C, NH, NKV, HD, (double)THETA, V, CH, E,
-                    K);
+                    MTRT_ACT_IS_BF16 ? "" : "#define ACT_FLOAT\n", cp > 1 ? B * CP_T : N, cp > 1 ? CP_T : T, cps, C,
+                    NH, NKV, HD, (double)THETA, V, CH, E, K);
   char *src = malloc((size_t)pl + 1);
   memcpy(src, pre, (size_t)pl);
   *len = (size_t)pl;
@@ -216,12 +219,40 @@ static char *kernels_source(char **paths, int n, size_t *len) {
   return src;
 }
 
-/* One pass: the cuda runtime set up as train.c does (MTC_GEMM, MTC_ATTENTION as the pass says),
- * every check, teardown. Returns -1 when the set-up fails. */
-static int run_pass(const Pass *p, const char *src, size_t len) {
+/* MTC_GEMM, MTC_ATTENTION as pass p says */
+static void pass_env(const Pass *p) {
   setenv("MTC_GEMM", p->gemm, 1);
   if (p->attention) setenv("MTC_ATTENTION", p->attention, 1);
   else unsetenv("MTC_ATTENTION");
+}
+
+/* The context-parallel part of pass p: for each rank r of CP, the runtime set up for a cp plan's
+ * rank r (kernels.cu of cp_src: a rank's shapes and CP_SEQ_LEN), the span attention's checks,
+ * teardown. Returns -1 when a set-up fails. */
+static int run_span_pass(const Pass *p, const char *cp_src, size_t len) {
+  pass_env(p);
+  for (int r = 0; r < CP; r++) {
+    RtCudaConfig cfg = {cp_src, len, MTRT_CUDA_INCLUDE, B * CP_T, NH, E, K, 4 << 20, B, CP_S, NKV, HD, HD, 1,
+                        p->loop_rows, CP, r};
+    static char err[1 << 16];
+    if (rt_cuda_setup(&cfg, 0, err, sizeof err) != 0) return fprintf(stderr, "test_kernels: cp rank %d: %s\n", r, err), -1;
+    char line[1024];
+    rt_cuda_describe(line, sizeof line);
+    printf("test_kernels: pass %s, cp %d rank %d: %s\n", p->name, CP, r, line);
+    CHECK(strstr(line, p->cudnn ? "attention cuDNN" : p->attention && strcmp(p->attention, "simple") == 0 ? "attention span (warp"
+                                                                                                   : "attention span flash") != NULL);
+    test_attention_span(p, r);
+    rt_cuda_sync("test_kernels");
+    free_pass();
+    rt_cuda_teardown();
+  }
+  return 0;
+}
+
+/* One pass: the cuda runtime set up as train.c does (MTC_GEMM, MTC_ATTENTION as the pass says),
+ * every check, teardown. Returns -1 when the set-up fails. */
+static int run_pass(const Pass *p, const char *src, size_t len) {
+  pass_env(p);
   /* the attention plans built at start-up: MLA's shape (the dQ accumulator sized for its q/k dim) */
   RtCudaConfig cfg = {src, len, MTRT_CUDA_INCLUDE, N, NH, E, K, 4 << 20, B, T, NKV, MLA_HD, MLA_VD, 1, p->loop_rows};
   static char err[1 << 16];
@@ -258,12 +289,13 @@ int main(int argc, char **argv) {
     return 77;
   }
   if (argc < 2) return fprintf(stderr, "usage: test_kernels TEMPLATES/kernels/*.cu\n"), 2;
-  size_t len;
-  char *src = kernels_source(argv + 1, argc - 1, &len);
-  if (!src) return 1;
+  size_t len, cp_len;
+  char *src = kernels_source(argv + 1, argc - 1, 1, &len), *cp_src = kernels_source(argv + 1, argc - 1, CP, &cp_len);
+  if (!src || !cp_src) return 1;
   for (pass = 0; pass < NPASS; pass++)
-    if (run_pass(&passes[pass], src, len) != 0) return free(src), 1;
-  free(src);
+    if (run_pass(&passes[pass], src, len) != 0 || run_span_pass(&passes[pass], cp_src, cp_len) != 0)
+      return free(src), free(cp_src), 1;
+  free(src), free(cp_src);
   printf("test_kernels: max |cuda - cpu| / max |cpu| per op / limit\n  %-30s", "op");
   for (int p = 0; p < NPASS; p++) printf("  %-17s", passes[p].name);
   for (int i = 0; i < nres; i++) {

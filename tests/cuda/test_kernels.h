@@ -4,7 +4,8 @@
  * max |cuda − cpu| / max |cpu| over a tensor, recorded per op and pass for the table main prints.
  * The checks by op family, each drawing its inputs, running both backends and comparing:
  *   test_kernels_norm.c       elementwise ops and activations, embeddings, norms, the bias
- *   test_kernels_attention.c  RoPE (all variants), MLA's keys and values, causal GQA attention
+ *   test_kernels_attention.c  RoPE (all variants), MLA's keys and values, causal GQA attention,
+ *                             context parallelism's span attention (its own set-up per cp rank)
  *   test_kernels_gemm.c       linear layers and the router's logits (cuBLAS), the routed experts'
  *                             grouped GEMMs (SwiGLU and GELU), the LM head with cross-entropy
  *   test_kernels_moe.c        routers, balancing losses, permutation, gather, combine, the loads
@@ -39,6 +40,10 @@
  * scalar tail runs). */
 enum { B = 2, T = 128, N = B * T, C = 96, NH = 4, NKV = 2, HD = 32, V = 256, CH = 96, E = 8, K = 2, F = 48 };
 enum { NE = 1003, OC = 80 /* a linear layer's outputs */ };
+/* The context-parallel pass (test_attention_span): each of B sequences of CP_S tokens split over
+ * CP ranks, a rank's CP_T tokens in two chunks of CP_T / 2 = 96: three query tiles of 64, the
+ * middle one across the chunks, chunk offsets no multiple of 64 (rank 0: 0 and 288), six key tiles. */
+enum { CP = 2, CP_T = 192, CP_S = CP * CP_T };
 #define THETA 10000.0f
 typedef struct {
   const char *name, *gemm, *attention; /* $MTC_GEMM, $MTC_ATTENTION (NULL: cuDNN in the bf16 build, else flash) */
@@ -111,6 +116,8 @@ void test_norms(void);                 /* test_kernels_norm.c */
 void test_rope(void);                  /* test_kernels_attention.c */
 void test_matmul(const Pass *p);       /* test_kernels_gemm.c */
 void test_attention(const Pass *p);    /* test_kernels_attention.c */
+/* context parallelism's span attention of rank r (the runtime set up for a cp plan's rank r) */
+void test_attention_span(const Pass *p, int r); /* test_kernels_attention.c */
 void test_moe(void);                   /* test_kernels_moe.c */
 void test_experts(const Pass *p);      /* test_kernels_gemm.c */
 void test_experts_gelu(const Pass *p); /* test_kernels_gemm.c */

@@ -1,6 +1,7 @@
-/* test_kernels_attention.c — test_kernels' checks of RoPE, MLA's keys and values and causal GQA
- * attention, flash or simple as the pass says (templates/kernels/20-rope.cu, 40-attention.cu,
- * 80-flash.cu, or cuDNN's: runtime/cuda/attn_cudnn.c): the cuda ops against the cpu ops (test_kernels.h). */
+/* test_kernels_attention.c — test_kernels' checks of RoPE, MLA's keys and values, causal GQA
+ * attention and context parallelism's span attention, flash or simple as the pass says
+ * (templates/kernels/20-rope.cu, 40-attention.cu, 45-context.cu, 80-flash.cu, or cuDNN's:
+ * runtime/cuda/attn_cudnn.c, ops_cp.c): the cuda ops against the cpu ops (test_kernels.h). */
 #include "test_kernels.h"
 #if MTRT_ACT_IS_BF16
 #include "cuda/attn_cudnn.h" /* cuDNN's attention on a query chunk */
@@ -166,4 +167,38 @@ void test_attention(const Pass *p) {
 #if MTRT_ACT_IS_BF16
   if (p->cudnn) attention_chunk(p);
 #endif
+}
+
+/* Context parallelism's span attention (mtrt_ops.h's rt_attention_span_*: runtime/cuda/ops_cp.c
+ * over 80-flash.cu's tiled kernels, 45-context.cu's warp-per-row ones or cuDNN's chunks, as the
+ * pass says) of rank r of CP: its CP_T queries of each sequence at positions lo.. and hi.. against
+ * the CP_S keys and values of the whole sequences, GQA, at test_kernels.h's uneven shape.
+ * Forward out and lse; backward dq, dk, dv from each side's own out and lse. The own kernels add
+ * into dq, dk, dv (mtrt_ops.h): they start non-zero; cuDNN's chunks write them (the step zeroes
+ * them first): they start at zero. lse is (B·CP_T, NH) from the own kernels, chunk c of sequence b
+ * at ((2 b + c) NH + h) CP_T/2 from cuDNN (ops_cp.c). */
+void test_attention_span(const Pass *p, int r) {
+  enum { HT = CP_T / 2, NQ = B * CP_T * NH * HD, NK = B * CP_S * NKV * HD, NL = B * CP_T * NH };
+  int64_t lo = (int64_t)r * HT, hi = (int64_t)(2 * CP - 1 - r) * HT;
+  float *q = rnd(NQ, 4), *k = rnd(NK, 4), *v = rnd(NK, 2), *dy = rnd(NQ, 2), *out = host(NQ), *lse = host(NL);
+  float *dq = p->cudnn ? host(NQ) : rnd(NQ, 1), *dk = p->cudnn ? host(NK) : rnd(NK, 1), *dv = p->cudnn ? host(NK) : rnd(NK, 1);
+  act *dq_ = deva(q, NQ), *dk_ = deva(k, NK), *dv_ = deva(v, NK), *ddy = deva(dy, NQ), *dout = deva(NULL, NQ);
+  act *ddq = deva(dq, NQ), *ddk = deva(dk, NK), *ddv = deva(dv, NK);
+  act *work = p->cudnn ? deva(NULL, (size_t)CP_S / 2 * NKV * 2 * HD) : NULL; /* the plan's DKV1 */
+  float *dlse = devf(NULL, NL), *lse_t = host(NL);
+  char what[96];
+  ref_attention_span_forward(out, lse, q, k, v, B, CP_T, CP_S, lo, hi, NH, NKV, HD, HD);
+  rt_attention_span_forward(dout, dlse, dq_, dk_, dv_, B, CP_T, CP_S, lo, hi, NH, NKV, HD, HD);
+  snprintf(what, sizeof what, "attention span r%d forward out", r), check_dev(what, dout, out, NQ, p->attn_tol);
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < CP_T; t++)
+        lse_t[p->cudnn ? ((size_t)(2 * b + t / HT) * NH + h) * HT + t % HT : ((size_t)b * CP_T + t) * NH + h] =
+            lse[((size_t)b * NH + h) * CP_T + t];
+  snprintf(what, sizeof what, "attention span r%d forward lse", r), check_dev(what, dlse, lse_t, NL, p->attn_tol);
+  ref_attention_span_backward(dq, dk, dv, dy, q, k, v, out, lse, NULL, B, CP_T, CP_S, lo, hi, NH, NKV, HD, HD);
+  rt_attention_span_backward(ddq, ddk, ddv, ddy, dq_, dk_, dv_, dout, dlse, work, B, CP_T, CP_S, lo, hi, NH, NKV, HD, HD);
+  snprintf(what, sizeof what, "attention span r%d backward dq", r), check_dev(what, ddq, dq, NQ, 2 * p->attn_tol);
+  snprintf(what, sizeof what, "attention span r%d backward dk", r), check_dev(what, ddk, dk, NK, 2 * p->attn_tol);
+  snprintf(what, sizeof what, "attention span r%d backward dv", r), check_dev(what, ddv, dv, NK, 2 * p->attn_tol);
 }

@@ -34,9 +34,10 @@
 #                all-gathered and dK/dV reduce-scattered over NCCL, RoPE at the true positions,
 #                the balancing loss's statistics averaged), bf16 with cuDNN's span attention
 #                (bottom-right causal per query chunk), EMU_STREAMS=lazy                    (tol 2e-2)
-#   cp2-own      as cp2 with fp32 activations: the own span kernels (warp per row)         (tol 1e-3)
-#   cp2-mla      as cp2 on tests/specs/mla.yaml (MLA, q/k heads of 12, values of 6: the own span
-#                kernels in bf16, RoPE on the rope part)                                    (tol 2e-2)
+#   cp2-own      as cp2 with fp32 activations: the own tiled span kernels (80-flash.cu: bf16
+#                Q, K, V, P, dS on the tensor cores, fp32 accumulation)                      (tol 1e-3)
+#   cp2-mla      as cp2 on tests/specs/mla.yaml (MLA, q/k heads of 12, values of 6: the own
+#                warp-per-row span kernels in bf16, RoPE on the rope part)                  (tol 2e-2)
 #   cp2-ep2      4 ranks, cp 2 x ep 2, bf16, cuDNN (not in the default list: 4 emulated ranks) (tol 2e-2)
 # A case may also be given as NAME:NP:TOL:ARG,ARG,... where an ARG is a spec key=value (--set)
 # or an environment VAR=value or a cmake -DVAR=value, or SPEC=PATH (the case's spec), e.g.
