@@ -8,7 +8,7 @@
 #define MODEL_NAME "europa-1t"
 #define SPEC_FILE "europa-1t.yaml"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "6b968950859a63b0"
+#define PLAN_HASH "6ba271a834c13ae8"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384
