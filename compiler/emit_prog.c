@@ -282,13 +282,6 @@ static int build_in(Mem *m, const char *dir, const char *backend, const char *re
             "backend builds any)\n", path, hidden, CUDA_HIDDEN_MULTIPLE, CUDA_HIDDEN_MULTIPLE);
     return 2;
   }
-  long long hier = 0; /* the hierarchical MoE all-to-all: the cpu backend runs it; the cuda backend not yet */
-  if (strcmp(backend, "cuda") == 0 && out_define_int(path, "MOE_HIER_G", &hier) && hier > 0) {
-    fprintf(stderr, "error: %s: MOE_HIER_G is %lld: the cuda backend does not run the hierarchical MoE all-to-all yet "
-            "(its relays are the cpu backend's only, over MPI); expected --backend cpu, or a plan with the flat one for "
-            "--backend cuda (mtc compile SPEC --set plan.moe_dispatch=flat)\n", path, hier);
-    return 2;
-  }
   if (strcmp(real, "float") != 0 && strcmp(real, "double") != 0) {
     fprintf(stderr, "error: --real %s; expected float or double\n", real);
     return 2;

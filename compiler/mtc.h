@@ -773,6 +773,15 @@ int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El);
  * gates staged and received (2 x 4 B x cap) and a step's messages in flight (MPI requests, taken
  * as 8 B, Open MPI's: 8 B x (cap / st + 2), st the staging rows). */
 int64_t plan_hier_host_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top_k, int64_t cap, int64_t st);
+/* Bytes of the cuda runtime's tables of the same exchange (rt_hier_cuda_bytes; equal to it,
+ * tests/test_runtime_scratch.c), returned for the device: the unique rows' tokens (4 B x tokens x
+ * min(top_k, nodes)), the relay's copies by send order and by target (4 B x (5 g cap + 1)), the
+ * slots and scalars sent home (2 x 4 B x tokens x top_k); *host for their host side: the relay's
+ * part, a mark per unique row received (4 B x tokens x nodes), the routing weights (4 B x tokens x
+ * top_k), the rows' scalars (4 B x cap), each message's first target (4 B x (g (cap / st + 1) + 1))
+ * and counts (8 B x (4 max(nodes, g) + 2 (g + 1))). */
+int64_t plan_hier_cuda_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top_k, int64_t cap, int64_t st,
+                              int64_t *host);
 
 /* ------------------------------------------------------------------ attn_ws.c */
 
@@ -1071,11 +1080,9 @@ Plan *plan_search(Mem *m, const Model *md);
 /* plan_search without the searches behind Plan.advice and Plan.hint (both NULL): for callers that
  * print neither (mtc sweep). */
 Plan *plan_search_bare(Mem *m, const Model *md);
-/* Whether `mtc compile` emits the MoE all-to-all d (search.c): only those are searched, and a
- * spec that pins another is refused (check.c). */
+/* Whether `mtc compile` emits the MoE all-to-all d on both backends (search.c): only those are
+ * searched, and a spec that pins another is refused (check.c). */
 bool plan_dispatch_emitted(DispatchPolicy d);
-/* Whether the search tries dispatch d where the spec leaves plan.moe_dispatch auto. */
-bool plan_dispatch_auto(DispatchPolicy d);
 /* ---- plan_exact.c: the chosen plan's items at the program's own bytes ---- */
 /* Makes the items of p's chosen candidate (plan_search calls it on its result) that the
  * generated program holds in its arenas exactly the program's bytes (the emitter's layout of

@@ -76,6 +76,14 @@ int64_t plan_hier_host_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top
          2 * 4 * g * cap + 2 * 4 * cap + 8 * ep + 8 * (g + 1) + 8 * (cap / st + 2);
 }
 
+int64_t plan_hier_cuda_tables(int64_t ep, int64_t g, int64_t tokens, int64_t top_k, int64_t cap, int64_t st,
+                              int64_t *host) {
+  int64_t nodes = ep / g, nk = tokens * top_k, per = top_k < nodes ? top_k : nodes, relay = 5 * g * cap + 1,
+          chunks = g * (cap / st + 1) + 1, wide = nodes > g ? nodes : g;
+  *host = 4 * (relay + tokens * nodes + nk + cap + chunks) + 8 * (4 * wide + 2 * (g + 1));
+  return 4 * (tokens * per + relay + 2 * nk);
+}
+
 int64_t plan_host_tables(int64_t tokens, int64_t fsdp, int64_t ep, int64_t El) {
   int64_t muon = fsdp * (5 * 8 + 4 * 4 + 2 * 8); /* runtime/optim/muon.c rt_muon_counts_bytes */
   int64_t a2a = ep > 1 ? 4 * ep * ep * El + 4 * (ep * El + 1) + 8 * 4 * ep + 24 * ep * El + 4 * 4 * ep : 0;

@@ -429,6 +429,17 @@ static void build_items(Items *it, const Model *md) {
              "headers, first rows and MPI requests (about 40 B x nodes x g + 8 B x (g + 2)): the hierarchical "
              "all-to-all's host tables (slots, unique rows, the relay's descriptors and gates; plan_hier_host_tables)");
         it->c->items[it->c->nitems - 1].outside = true; /* (the runtime's own malloc) */
+        int64_t ihost = 0,
+                idev = plan_hier_cuda_tables(ch->ep, hr.g, (int64_t)T, s->model.moe.top_k, cap, hr.st, &ihost);
+        item(it, "moe.hier_index", CAT_MOE, TIER_HBM, (double)idev, 0, END,
+             "4 B x (tokens x min(top_k, nodes) + 5 x g x cap + 1 + 2 x tokens x top_k): the cuda runtime's tables "
+             "of the hierarchical all-to-all on the device (the unique rows' tokens, the relay's copies by send order "
+             "and by target, the slots and scalars sent home; plan_hier_cuda_tables)");
+        it->c->items[it->c->nitems - 1].outside = true; /* (the cuda runtime's own cudaMalloc) */
+        item(it, "moe.hier_index_host", CAT_MOE, TIER_HOST, (double)ihost, 0, END,
+             "their host side: the relay's part, 4 B x (tokens x nodes + tokens x top_k + cap + g x (cap / st + 1) + "
+             "1) and 8 B x (4 max(nodes, g) + 2 (g + 1)): the cuda runtime's own malloc (plan_hier_cuda_tables)");
+        it->c->items[it->c->nitems - 1].outside = true;
       }
     } else {
       item(it, "moe.grad_expert_out", CAT_MOE, TIER_HBM, b, PHASE_LOSS(L) + 1, PHASE_OPT(L),

@@ -1,7 +1,7 @@
 /* search.c — the planner's search: every layout (fsdp, ep inside a node or across whole nodes)
  * × micro-batch size × checkpoint policy × activation offload × optimizer-state tier ×
  * reshard policy (per group: all but the routed experts, the routed experts) × MoE dispatch
- * (plan_dispatch_auto, or the pin) × prefetch depth the spec's pins allow;
+ * (those compile emits, plan_dispatch_emitted, or the pin) × prefetch depth the spec's pins allow;
  * those over a memory budget are rejected with the tier and the overage; the fastest predicted step wins, ties going to
  * the first in enumeration order (deterministic). Each candidate is priced before its memory is
  * packed, and packed only when it could change what is returned (cannot_matter, least_over):
@@ -403,8 +403,7 @@ static void search_pass(const Model *md, Found *f) {
                    * exchange) and where the program emits it */
                   unsigned dispatches = 1u << DISPATCH_FLAT;
                   if (ep > gpn && plan_dispatch_emitted(DISPATCH_HIERARCHICAL) && !f->coarse) {
-                    if (pin->moe_dispatch != DISPATCH_FLAT && plan_dispatch_auto(DISPATCH_HIERARCHICAL))
-                      dispatches |= 1u << DISPATCH_HIERARCHICAL;
+                    if (pin->moe_dispatch != DISPATCH_FLAT) dispatches |= 1u << DISPATCH_HIERARCHICAL;
                     if (pin->moe_dispatch == DISPATCH_HIERARCHICAL) dispatches = 1u << DISPATCH_HIERARCHICAL;
                   }
                   Choice ch = {.fsdp = fsdp, .ep = ep, .dp_replicate = W / fsdp, .efsdp = fsdp / ep,
@@ -672,10 +671,6 @@ const char *plan_reshard_name(ReshardPolicy r) {
 }
 
 bool plan_dispatch_emitted(DispatchPolicy d) { return d == DISPATCH_FLAT || d == DISPATCH_HIERARCHICAL; }
-
-/* The hierarchical exchange runs on the cpu backend only (mtc build --backend cuda refuses it):
- * until the cuda backend runs it too, a pin chooses it, the search without one does not. */
-bool plan_dispatch_auto(DispatchPolicy d) { return d == DISPATCH_FLAT; }
 
 static Plan *search(Mem *m, const Model *md, bool notes) {
   struct timespec t0, t1;

@@ -170,4 +170,11 @@ void rt_cu_all_reduce(MPI_Comm comm, float *buf, size_t count);
 int rt_comm_nccl_init(const RtComm *c, char *err, size_t errlen);
 void rt_comm_nccl_free(void);
 
+/* The hierarchical all-to-all's cuda side (moe_hier.c), after rt_comm_nccl_init and rt_hier_init:
+ * NCCL groups of h's node and cross communicators (collective over the world), and the device and
+ * host tables of rt_hier_cuda_bytes. Returns 0 or -1 (err). rt_cu_hier_free: the tables, before
+ * rt_hier_free (rt_comm_nccl_free frees the groups). */
+int rt_cu_hier_init(RtHier *h, char *err, size_t errlen);
+void rt_cu_hier_free(RtHier *h);
+
 #endif

@@ -60,6 +60,7 @@ typedef struct {
   int64_t *fromd;     /* (g + 1) first row from each relay */
   real *ow;           /* (cap) gates received, relay-major */
   MPI_Request *req;   /* (cap / st + 2) a step's messages in flight */
+  void *dev;          /* the cuda backend's own (runtime/cuda/moe_hier.c: NCCL communicators, device tables) */
 } RtHier;
 
 /* Splits node_comm and cross_comm from ep_comm (this rank's EP index me, g ranks per node, g
@@ -70,8 +71,42 @@ int rt_hier_init(RtHier *h, MPI_Comm ep_comm, int ep, int me, int g, int N, int 
 void rt_hier_free(RtHier *h);
 /* The host bytes rt_hier_init allocates (the memory report); exact. */
 size_t rt_hier_bytes(int ep, int g, int N, int K, int64_t cap, int64_t st);
-/* After rt_moe_permute: slot[pos[s]] = s for the N·K slots (pos: host memory). */
+/* The cuda backend's tables (runtime/cuda/moe_hier.c), 4-byte values: on the device, returned,
+ * the origin's unique rows' tokens (N · min(K, nodes)), the relay's copies in send order (source
+ * rows, then grouped by target: rows, gates, targets, their first rows + 1: 5 · g · cap + 1), and
+ * the origin's slots and scalars (2 · N · K); *host, their host side: the relay's part, a mark per
+ * unique row received (N · nodes), the routing weights or positions (N · K), the rows' scalars
+ * (cap), the first target of each message (g · (cap / st + 1) + 1), and 4 · max(nodes, g) + 2 · (g + 1)
+ * int64 counts. Exact; the plan's moe.hier_index and moe.hier_index_host. */
+size_t rt_hier_cuda_bytes(int ep, int g, int N, int K, int64_t cap, int64_t st, size_t *host);
+/* After rt_moe_permute: slot[pos[s]] = s for the N·K slots (pos: the backend's, host or device). */
 void rt_hier_slots(RtHier *h, const int32_t *pos);
+
+/* ---- the host tables both backends share (comm/hier_plan.c) ---- */
+/* Round r of the last route: rt_a2a_plan_round (eoff: host), the origin's unique rows (utok, the
+ * headers hs) and copies (cu, cslot; cw their gates from wts, host memory by slot, when not NULL),
+ * the headers received (hr, urd, crd), the relays' descriptors rdesc (and gates rw, with wts) over
+ * cross_comm, and the owner's receive layout (hrd, fromd). Returns the unique rows this origin sends.
+ * Collective over the EP group; aborts the job when the relay's copies pass g · cap. */
+int64_t rt_hier_plan(RtHier *h, RtA2A *a, int r, int *eoff, const real *wts);
+/* The header from origin node n as this relay received it / to node m as sent: [0] unique rows,
+ * [1 + j] copies for local rank j; rt_hier_copies: the copies of a header. */
+const int *rt_hier_hdr_r(const RtHier *h, int n);
+const int *rt_hier_hdr_s(const RtHier *h, int m);
+int64_t rt_hier_copies(const int *hdr, int g);
+/* The relay's first descriptor (index into rdesc, rw) of origin n's copies for local rank j. */
+int64_t rt_hier_desc_at(const RtHier *h, int n, int j);
+/* m8[0..4·nodes): the cross_comm counts and displacements of unique rows (rows) or copies: sent
+ * to each node, first sent, received from each node, first received. */
+void rt_hier_cross_counts(RtHier *h, bool rows);
+/* The round's rows between xe (expert-major) and buf (the owner's relay-major receive order), rows
+ * of bytes bytes: buf to xe when to_expert (host memory). */
+void rt_hier_regroup(const RtHier *h, const RtA2A *a, void *xe, void *buf, size_t bytes, bool to_expert);
+/* The relays' gates (rw) to the owners over node_comm: ew (rows_recv, expert-major, host). */
+void rt_hier_gates_to_owners(RtHier *h, const RtA2A *a, real *ew);
+/* One scalar per received row (v: rows_recv, expert-major, host) back over node_comm and
+ * cross_comm to its copy: cw[i] for the copy of slot cslot[i]; returns the copies (i's). */
+int64_t rt_hier_scalars_home(RtHier *h, const RtA2A *a, const real *v);
 
 /* Round r of the last route (rt_moe_route over the EP group; a holds its counts): xe (rows_recv
  * <= cap rows of C) and eoff (El + 1) = this rank's experts' rows of the round, exactly as
@@ -92,7 +127,7 @@ void rt_moe_hier_scalars_back(RtHier *h, const RtA2A *a, real *dw, const real *v
 
 /* The owner's side of the routing weights' gradient, one round (rows rows of C, expert-major):
  * dv[row] = dyu[row] · dye[row] (dye holds the experts' outputs on entry), then dye[row] =
- * ew[row] · dyu[row] (the gradient of the outputs). cpu: comm/moe_hier.c. */
+ * ew[row] · dyu[row] (the gradient of the outputs). cpu: comm/moe_hier.c; cuda: cuda/moe_hier.c. */
 void rt_moe_gate_rows(act *dye, real *dv, const act *dyu, const real *ew, int64_t rows, int C);
 
 #endif

@@ -78,7 +78,7 @@ expect 0 '"feasible": true' "$mtc" plan --json specs/europa-1t.yaml
 expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 expect 1 '^advice: it fits on 96 nodes.*unpinned, the search finds fsdp 192, ep 4, cp 2 \(each sequence split over 2 ranks: --set plan.cp=2\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 # context parallelism: 48 nodes, and sequences of 128K and 256K tokens on 96, fit by splitting each sequence
-expect 0 '^policy     fsdp 192 x dp 1, ep 4, cp 2, micro_batch 1' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
+expect 0 '^policy     fsdp 192 x dp 1, ep 8 \(hierarchical all-to-all\), cp 2, micro_batch 1' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
 expect 0 '^policy     fsdp 384 x dp 1, ep 4, cp 2, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml --set training.seq_len=131072
 expect 0 '^policy     fsdp 384 x dp 1, ep 4, cp 4, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml --set training.seq_len=262144
 expect 0 '^  why: cp 1 wins by .* over cp 2 ' "$mtc" explain specs/europa-1t.yaml
@@ -92,14 +92,15 @@ expect 1 '^advice: no tried change fits \(tried 24 nodes: hbm over by .*192 node
 # explain and sweep
 expect 0 '^chosen     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing' "$mtc" explain specs/europa-1t.yaml
 expect 0 'rejected: (hbm|host) over by' "$mtc" explain specs/europa-1t.yaml --set plan.ep=4 --set plan.cp=1
-# EP inside a node against across nodes: europa-1t keeps it in the node, deepseek-v3 on 64 nodes too
+# EP inside a node against across nodes: europa-1t keeps it in the node; deepseek-v3 on 64 nodes goes across,
+# with the hierarchical all-to-all
 expect 0 '^  why: EP inside a node wins by .*most of it in MoE all-to-all' "$mtc" explain specs/europa-1t.yaml
-expect 0 '^  why: EP inside a node wins by' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+expect 0 '^  why: EP across nodes wins by .*the all-to-all is hierarchical' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 'across nodes: an EP group is 64 consecutive ranks on 16 nodes' "$mtc" plan specs/deepseek-v3.yaml --set plan.ep=64
 # a pinned micro_batch is honoured; the hint names the pinned keys the search would change, where
 # their values were written, and both figures (only keys whose searched value differs)
-expect 0 '^hint: pinned training.micro_batch 1 \(--set:1:22; the search picks 12\): with the pinned keys auto \(--set KEY=auto\) the search finds 955 tokens/s per GPU against the pinned 84 \(\+1043%; step 257.4 s against 2941.4 s\)$' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
-expect 0 '^hint: pinned training.micro_batch 1 \(specs/europa-1t.yaml:31:16; the search picks 4\): .* finds 900 tokens/s per GPU against the pinned 463 ' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384
+expect 0 '^hint: pinned training.micro_batch 1 \(--set:1:22; the search picks 15\), plan.ep 4 \(--set:1:9; the search picks 8\): with the pinned keys auto \(--set KEY=auto\) the search finds 992 tokens/s per GPU against the pinned 84 \(\+1087%; step 247.7 s against 2941.4 s\)$' "$mtc" plan specs/deepseek-v3.yaml --set training.micro_batch=1 --set plan.ep=4 --set plan.reshard=every_micro_batch
+expect 0 '^hint: pinned training.micro_batch 1 \(specs/europa-1t.yaml:31:16; the search picks 4\): .* finds 985 tokens/s per GPU against the pinned 693 ' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384
 # auto is every searched key's "searched", on the command line as in a spec
 expect 0 '^specs/europa-1t.yaml: ok' "$mtc" check specs/europa-1t.yaml --set training.micro_batch=auto
 expect 0 '^layout .* 1 micro-batch\(es\) of 4 sequence\(s\) per GPU' "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384 --set training.micro_batch=auto
@@ -109,7 +110,7 @@ done
 if "$mtc" plan specs/europa-1t.yaml --set training.global_batch=1536 --set training.seq_len=16384 --set training.micro_batch=auto | grep -q '^hint:'; then
   echo "FAIL: a hint with nothing pinned"; fail=1
 fi
-expect 0 '^policy     fsdp 256 x dp 1, ep 4, micro_batch 12, ' "$mtc" plan specs/deepseek-v3.yaml
+expect 0 '^policy     fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\), micro_batch 15, ' "$mtc" plan specs/deepseek-v3.yaml
 # reshard after_step is emitted: the kept groups in the plan's buffers, gathered once per step
 tmpk=$(mktemp -d)
 expect 0 '^plan: .*parameters kept gathered until the optimizer step' "$mtc" compile specs/tiny-moe.yaml -o "$tmpk/k" --set plan.reshard=after_step
@@ -124,7 +125,7 @@ tmpg=$(mktemp -d)
 sed 's/^  global_batch: 384.*/  global_batch_tokens: 24Mi/' specs/europa-1t.yaml >"$tmpg/e.yaml"
 expect 0 '^batch      25,165,824 tokens per step = 384 sequences x 65536 tokens$' "$mtc" plan specs/europa-1t.yaml
 expect 0 '^batch      25,165,824 tokens per step = 1536 sequences x 16384 tokens \(training.global_batch_tokens\)$' "$mtc" plan "$tmpg/e.yaml" --set training.seq_len=16384
-expect 0 '^16384 +yes .* 463 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
+expect 0 '^16384 +yes .* 693 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
 expect 0 '"tokens_per_step": 25165824' "$mtc" plan --json "$tmpg/e.yaml" --set training.seq_len=32768
 expect 2 'both global_batch \(384 sequences\) and global_batch_tokens are written' "$mtc" check "$tmpg/e.yaml" --set training.global_batch=384
 rm -rf "$tmpg"
@@ -137,13 +138,13 @@ expect 2 "both global_batch \(8 sequences\) and global_batch_tokens are written;
 expect 0 'ok \(tiny-moe: 10 layers' "$mtc" check specs/tiny-moe.yaml --set model.layers=010
 # a bad --over value is named in its --over argument, at the value
 expect 2 "^--over:1:26: error: 'training.seq_len' is 0, out of range" "$mtc" sweep specs/tiny-moe.yaml --over training.seq_len=128,256,0
-# one set of plans: without a pin the search tries the flat all-to-all only (the cuda backend does not run the
-# hierarchical one yet); a pin plans it, and compile writes it (MOE_HIER_G: EP ranks per node)
-expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
+# one set of plans: the search tries both all-to-alls where an EP group spans nodes (both backends run both);
+# plan.moe_dispatch=flat keeps it flat; a pin plans it, and compile writes it (MOE_HIER_G: EP ranks per node)
+expect 0 '^  across      fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\), micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=64
 expect 0 '^  across      fsdp 256 x dp 1, ep 8, micro_batch' "$mtc" explain specs/deepseek-v3.yaml --set plan.moe_dispatch=flat
-expect 0 '^chosen     fsdp 128 x dp 2, ep 16, micro_batch 1, .*all but the routed experts kept gathered until the optimizer step' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
+expect 0 '^chosen     fsdp 256 x dp 1, ep 32 \(hierarchical all-to-all\), micro_batch 1, .*all but the routed experts kept gathered until the optimizer step' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
 expect 0 '^  why: EP across nodes wins by' "$mtc" explain specs/deepseek-v3.yaml --set training.micro_batch=1
-expect 0 '^  why: EP inside a node wins by .*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32
+expect 0 '^  why: EP across nodes wins by .*a MoE layer is 3.28 GB per rank with ep 8 against 6.10 GB with ep 4' "$mtc" explain specs/deepseek-v3.yaml --set cluster.nodes=32
 for c in plan explain; do
   expect 0 "ep 8 \\(hierarchical all-to-all\\)" "$mtc" $c specs/deepseek-v3.yaml --set cluster.nodes=64 --set plan.ep=8 --set plan.moe_dispatch=hierarchical
 done
@@ -167,6 +168,8 @@ for a in "specs/europa-1t.yaml --set training.seq_len=16384" "specs/europa-1t.ya
   same "$tmpj/p.json" >"$tmpj/p1.json"; same "$tmpj/c/plan.json" >"$tmpj/c1.json"
   cmp -s "$tmpj/p1.json" "$tmpj/c1.json" || { echo "FAIL: plan --json and compile choose differently for $a"; diff "$tmpj/p1.json" "$tmpj/c1.json" | head; fail=1; }
 done
+# (among them the hierarchical all-to-all: europa-1t at 32,768 tokens chooses it)
+expect 0 '"moe_dispatch": "hierarchical"' "$mtc" plan --json specs/europa-1t.yaml --set training.seq_len=32768
 rm -rf "$tmpj"
 
 expect 1 '^nothing fits; closest' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1

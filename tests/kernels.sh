@@ -22,6 +22,8 @@ for spec in "$src"/specs/*.yaml; do
   "$work/$name/build-cuda/train" --check-kernels --arch sm_90a || { echo "FAIL $name: NVRTC"; fail=1; continue; }
   n=$((n + 1))
 done
+# the hierarchical MoE all-to-all among them (deepseek-v3's plan: runtime/cuda/moe_hier.c linked, its kernels compiled)
+grep -q '^#define MOE_HIER_G [1-9]' "$work"/*/step.h || { echo "FAIL: no example spec's cuda build has the hierarchical all-to-all"; fail=1; }
 # the cuda program itself: without a GPU it stops at start with the reason (exit 2), and what
 # the cuda runtime does not run yet is refused by name before any GPU is touched
 if ! nvidia-smi >/dev/null 2>&1; then

@@ -6,7 +6,8 @@
  * (tiny-moe, llama-3.1-8b, europa-1t, europa-1t at 65,536 experts), in the host tier, alive the
  * whole step. Likewise the program's small host tables (data.host_tables: plan_host_tables against
  * rt_muon_counts_bytes and rt_a2a_bytes), and the hierarchical all-to-all's (moe.hier_tables against
- * rt_hier_bytes).   usage: test_runtime_scratch SOURCE_DIR */
+ * rt_hier_bytes; moe.hier_index and moe.hier_index_host against rt_hier_cuda_bytes).
+ *   usage: test_runtime_scratch SOURCE_DIR */
 #include "../runtime/cuda/cu_scratch.h"
 #include "check.h"
 #include "mtc.h"
@@ -67,6 +68,10 @@ static void hier_tables(void) {
     const int64_t *c = cases[i];
     CHECK_EQ(plan_hier_host_tables(c[0], c[1], c[2], c[3], c[4], c[5]),
              (int64_t)rt_hier_bytes((int)c[0], (int)c[1], (int)c[2], (int)c[3], c[4], c[5]));
+    int64_t host = 0;
+    size_t rt_host = 0, dev = rt_hier_cuda_bytes((int)c[0], (int)c[1], (int)c[2], (int)c[3], c[4], c[5], &rt_host);
+    CHECK_EQ(plan_hier_cuda_tables(c[0], c[1], c[2], c[3], c[4], c[5], &host), (int64_t)dev);
+    CHECK_EQ(host, (int64_t)rt_host);
   }
   Mem m = {0};
   const char *sets[] = {"cluster.gpus_per_node=2", "cluster.nodes=2", "plan.ep=4", "plan.moe_dispatch=hierarchical"};
@@ -77,6 +82,9 @@ static void hier_tables(void) {
     int64_t T = ch->micro_batch * p->md->spec->training.seq_len / plan_cp(ch), K = p->md->spec->model.moe.top_k;
     int64_t cap = (int64_t)ceil(plan_moe_imbalance(p->md->spec, ch->ep) * (double)(T * K) - 1e-9);
     CHECK_EQ(bytes(&p->best, "moe.hier_tables"), (int64_t)rt_hier_bytes((int)ch->ep, 2, (int)T, (int)K, cap, (cap + 1) / 2));
+    size_t host = 0, dev = rt_hier_cuda_bytes((int)ch->ep, 2, (int)T, (int)K, cap, (cap + 1) / 2, &host);
+    CHECK_EQ(bytes(&p->best, "moe.hier_index"), (int64_t)dev);
+    CHECK_EQ(bytes(&p->best, "moe.hier_index_host"), (int64_t)host);
   }
   mem_free(&m);
 }

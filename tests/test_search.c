@@ -76,27 +76,32 @@ static void reshard_per_group(void) {
 }
 
 
-/* Compile emits both all-to-alls; without a pin the search tries the flat one only (the cuda
- * backend does not run the hierarchical one yet): deepseek-v3 on 64 and 32 nodes and with
- * micro_batch 1 pinned (EP across nodes) never plans the hierarchical all-to-all, in the winner or
- * its alternatives; europa-1t keeps EP in a node. Pinned, the search plans it (64 nodes, ep 8). */
+/* Compile emits both all-to-alls on both backends, and the search tries both where the EP group
+ * spans nodes: europa-1t at 32,768 tokens and deepseek-v3 on 32 and 64 nodes choose the
+ * hierarchical one (ep 8 over 2 nodes); plan.moe_dispatch: flat keeps the winner and every
+ * alternative flat; a pin of hierarchical plans it (64 nodes, ep 8); europa-1t at 65,536 tokens
+ * keeps EP in a node (flat). */
 static void dispatch_in_search(void) {
   Mem m = {0};
   CHECK(plan_dispatch_emitted(DISPATCH_HIERARCHICAL) && plan_dispatch_emitted(DISPATCH_FLAT));
-  CHECK(!plan_dispatch_auto(DISPATCH_HIERARCHICAL) && plan_dispatch_auto(DISPATCH_FLAT));
   const char *pin[] = {"cluster.nodes=64", "plan.ep=8", "plan.moe_dispatch=hierarchical"};
   Plan *h = plan(&m, "specs/deepseek-v3.yaml", pin, 3);
   CHECK(h && h->feasible && h->best.ch.dispatch == DISPATCH_HIERARCHICAL);
-  const char *sets[][1] = {{"cluster.nodes=64"}, {"cluster.nodes=32"}, {"training.micro_batch=1"}};
+  struct { const char *spec, *set; } hier[] = {{"specs/europa-1t.yaml", "training.seq_len=32768"},
+                                               {"specs/deepseek-v3.yaml", "cluster.nodes=32"},
+                                               {"specs/deepseek-v3.yaml", "cluster.nodes=64"}};
   for (int i = 0; i < 3; i++) {
-    Plan *p = plan(&m, "specs/deepseek-v3.yaml", sets[i], 1);
-    CHECK(p && p->feasible && p->has_across);
+    Plan *p = plan(&m, hier[i].spec, &hier[i].set, 1);
+    CHECK(p && p->feasible);
     if (!p || !p->feasible) continue;
-    CHECK(p->best.ch.dispatch == DISPATCH_FLAT && p->across.ch.dispatch == DISPATCH_FLAT);
-    for (int k = 0; k < p->nalts; k++) CHECK(p->alts[k].ch.dispatch == DISPATCH_FLAT);
+    CHECK(p->best.ch.dispatch == DISPATCH_HIERARCHICAL && p->best.ch.ep == 8);
+    const char *flat[] = {hier[i].set, "plan.moe_dispatch=flat"};
+    Plan *f = plan(&m, hier[i].spec, flat, 2);
+    CHECK(f && f->feasible && f->best.ch.dispatch == DISPATCH_FLAT);
+    for (int k = 0; f && k < f->nalts; k++) CHECK(f->alts[k].ch.dispatch == DISPATCH_FLAT);
   }
   Plan *e = plan(&m, "specs/europa-1t.yaml", NULL, 0);
-  CHECK(e && e->feasible && e->best.ch.ep <= 4);
+  CHECK(e && e->feasible && e->best.ch.ep <= 4 && e->best.ch.dispatch == DISPATCH_FLAT);
   mem_free(&m);
 }
 
@@ -133,8 +138,8 @@ static void search_dimensions(void) {
   CHECK(p && p->feasible);
   if (!p || !p->feasible) return;
   CHECK(p->best.cost.step * 5 <= 3168.26);
-  CHECK_EQ(p->best.ch.micro_batch, 12); /* 15,360 / 256 = 60: 12 is no power of two */
-  CHECK_EQ(p->md->spec->training.micro_batch, 12);
+  CHECK_EQ(p->best.ch.micro_batch, 15); /* 15,360 / 256 = 60: 15 is no power of two */
+  CHECK_EQ(p->md->spec->training.micro_batch, 15);
   CHECK(p->has_in_node && p->has_across && p->across.ch.ep > 4);
   CHECK(p->best.cost.step <= p->across.cost.step && p->best.cost.step <= p->in_node.cost.step);
   /* pinned: honoured */

@@ -1409,6 +1409,59 @@ extern "C" __global__ void moe_regroup(act *xe, act *buf, const long long *tab, 
     else m[i] = e[i];
   }
 }
+
+// The hierarchical all-to-all's row moves (runtime/cuda/moe_hier.c): block b writes out row
+// (oi ? oi[b] : b) = (add ? that row : 0) + the sum over i in [lo, hi) of (w ? w[r] : 1) · in row r,
+// r = ii ? ii[i] : i, [lo, hi) = [start[b], start[b + 1]), or [b, b + 1) without start; in fp32, in
+// i's order. Grid: the rows written.
+extern "C" __global__ void hier_rows(act *out, const act *in, const int *oi, const int *ii, const int *start,
+                                     const float *w, int add) {
+  int b = blockIdx.x, lo = start ? start[b] : b, hi = start ? start[b + 1] : b + 1;
+  uint4 *o = (uint4 *)(out + (size_t)(oi ? oi[b] : b) * HIDDEN);
+  for (int v = threadIdx.x; v < HIDDEN / VEC; v += blockDim.x) {
+    Vec a, x;
+    float acc[VEC];
+    if (add) a.u = o[v];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) acc[j] = add ? f32(a.h[j]) : 0.f;
+    for (int i = lo; i < hi; i++) {
+      int r = ii ? ii[i] : i;
+      float g = w ? w[r] : 1.f;
+      x.u = ((const uint4 *)(in + (size_t)r * HIDDEN))[v];
+#pragma unroll
+      for (int j = 0; j < VEC; j++) acc[j] += g * f32(x.h[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) a.h[j] = to_act(acc[j]);
+    o[v] = a.u;
+  }
+}
+
+// dw[slot[i]] += v[i] for i < n (the slots distinct): the scalars back at their copies.
+extern "C" __global__ void hier_scalars_add(float *dw, const int *slot, const float *v, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dw[slot[i]] += v[i];
+}
+
+// At the experts' owner, per received row r (rt_moe_gate_rows): dv[r] = dyu[r] · dye[r] (dye holds
+// the experts' outputs), then dye[r] = ew[r] · dyu[r]. Grid: the rows.
+extern "C" __global__ void moe_gate_rows(act *dye, float *dv, const act *dyu, const float *ew) {
+  __shared__ float shared[32];
+  size_t row = (size_t)blockIdx.x * HIDDEN / VEC;
+  float g = ew[blockIdx.x], d = 0;
+  for (int i = threadIdx.x; i < HIDDEN / VEC; i += blockDim.x) {
+    Vec o, u;
+    o.u = ((const uint4 *)dye)[row + i], u.u = ((const uint4 *)dyu)[row + i];
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      d += f32(u.h[j]) * f32(o.h[j]);
+      o.h[j] = to_act(g * f32(u.h[j]));
+    }
+    ((uint4 *)dye)[row + i] = o.u;
+  }
+  d = block_sum(d, shared);
+  if (threadIdx.x == 0) dv[blockIdx.x] = d;
+}
 #endif
 
 // ==== templates/kernels/75-seq-aux.cu: DeepSeek's sequence-wise balance loss ====

@@ -63,7 +63,7 @@
   "model.moe.topk_group 1, " \
   "model.moe.routed_scaling_factor 1"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "0e9aff9d2870b2dc"
+#define PLAN_HASH "2120aff58e74d5de"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 384
 #define PLAN_FSDP 384

@@ -217,6 +217,11 @@ static Footprint footprint(void) {
   RtCudaConfig cfg = cuda_config();
   size_t scratch_host = 0, scratch_pinned = 0;
   f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host, &scratch_pinned);
+  if (MOE_HIER_G > 0) { /* the hierarchical all-to-all's device tables and their host side */
+    size_t hier_host = 0;
+    f.hbm += (int64_t)rt_hier_cuda_bytes(PLAN_EP, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS, MOE_HIER_ST, &hier_host);
+    f.host += (int64_t)hier_host;
+  }
   f.pinned += (int64_t)scratch_pinned;
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #endif
@@ -664,6 +669,10 @@ static int alloc_arenas(Run *r) {
       rt_hier_init(&c->hier, c->comm.ep_comm, PLAN_EP, c->comm.ep_rank, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS,
                                       MOE_HIER_ST) != 0) {
     fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
+    return 2;
+  }
+  if (MOE_HIER_G > 0 && rt_cu_hier_init(&c->hier, err, sizeof err) != 0) {
+    fprintf(stderr, "error: rank %d: the hierarchical all-to-all: %s\n", c->comm.rank, err);
     return 2;
   }
 #else
@@ -1166,6 +1175,9 @@ static int train(Run *r) {
 static void release(Run *r) {
   RtCtx *c = &r->c;
   if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
+#ifdef MTC_BACKEND_CUDA
+  if (MOE_HIER_G > 0) rt_cu_hier_free(&c->hier);
+#endif
   if (MOE_HIER_G > 0) rt_hier_free(&c->hier);
   free(r->muon_counts);
 #ifdef MTC_BACKEND_CUDA

@@ -63,7 +63,7 @@
   "model.moe.topk_group 1, " \
   "model.moe.routed_scaling_factor 1"
 /* the plan.json this program was written with (FNV-1a 64 of its bytes): mtc build checks it */
-#define PLAN_HASH "c9f0dc9b33953f30"
+#define PLAN_HASH "4d2cd18cf7c796de"
 /* layout: world = dp_replicate x fsdp; ep experts-parallel ranks inside the FSDP group */
 #define PLAN_WORLD 16
 #define PLAN_FSDP 16

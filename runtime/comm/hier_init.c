@@ -1,5 +1,6 @@
 /* hier_init.c — the hierarchical MoE exchange's communicators and host arrays (mtrt_hier.h),
- * shared by both backends; the transport is comm/moe_hier.c (MPI, the cpu backend). */
+ * shared by both backends; the tables are hier_plan.c's, the rows move in comm/moe_hier.c (MPI, the
+ * cpu backend) or cuda/moe_hier.c (NCCL). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,3 +62,11 @@ void rt_hier_free(RtHier *h) {
   memset(h, 0, sizeof *h);
 }
 
+
+size_t rt_hier_cuda_bytes(int ep, int g, int N, int K, int64_t cap, int64_t st, size_t *host) {
+  size_t nodes = (size_t)(ep / g), nk = (size_t)N * (size_t)K, per = (size_t)K < nodes ? (size_t)K : nodes,
+         relay = 5 * (size_t)g * (size_t)cap + 1, chunks = (size_t)g * (size_t)(cap / st + 1) + 1,
+         wide = nodes > (size_t)g ? nodes : (size_t)g;
+  *host = 4 * (relay + (size_t)N * nodes + nk + (size_t)cap + chunks) + 8 * (4 * wide + 2 * ((size_t)g + 1));
+  return 4 * ((size_t)N * per + relay + 2 * nk);
+}

@@ -55,7 +55,8 @@ typedef struct {
   const char *name;
 } Group;
 
-enum { N_GROUPS = 6 }; /* fsdp, ep, expert shard, replicate, world (its NCCL communicator: world_nccl), cp */
+enum { N_GROUPS = 8 }; /* fsdp, ep, expert shard, replicate, world (its NCCL communicator: world_nccl), cp, and the
+                          hierarchical all-to-all's node and cross groups (cu_comm_split) */
 static Group groups[N_GROUPS];
 static ncclComm_t world_nccl;
 static int world_rank;
@@ -525,6 +526,36 @@ void rt_moe_dispatch(MPI_Comm ep_comm, RtA2A *a, int r, act *xe, int *eoff, act 
   exchange(g, xp, a->sc, a->sd, tmp, a->rc, a->rd, C, "moe dispatch (all-to-all-v)");
   regroup(a, upload_blocks(a, eoff, e), xe, tmp, 1);
   cu_offsets_known(eoff, e, (size_t)a->El + 1);
+}
+
+int cu_comm_split(MPI_Comm comm, const char *name, char *err, size_t errlen) {
+  Group *g = NULL;
+  for (int i = 6; i < N_GROUPS && !g; i++)
+    if (!groups[i].name) g = &groups[i];
+  if (!g) return snprintf(err, errlen, "no room for NCCL group %s", name), -1;
+  g->mpi = comm, g->name = name, g->nccl = NULL, g->s = cs_ep;
+  RT_MPI_CHECK(MPI_Comm_size(comm, &g->size));
+  RT_MPI_CHECK(MPI_Comm_rank(comm, &g->rank));
+  if (!world_nccl) return 0; /* one rank in the world */
+  int root = world_rank; /* color: the world rank of the group's first member */
+  RT_MPI_CHECK(MPI_Bcast(&root, 1, MPI_INT, 0, comm));
+  ncclResult_t r = ncclCommSplit(world_nccl, g->size > 1 ? root : NCCL_SPLIT_NOCOLOR, g->rank, &g->nccl, NULL);
+  if (r != ncclSuccess) return snprintf(err, errlen, "ncclCommSplit (group %s): %s", name, ncclGetErrorString(r)), -1;
+  if (g->size == 1) g->nccl = NULL;
+  return 0;
+}
+
+void cu_comm_rows(MPI_Comm comm, const act *send, const int64_t *sc, const int64_t *sd, act *recv, const int64_t *rc,
+                  const int64_t *rd, int C, const char *op) {
+  Group *g = group_of(comm, op);
+  if (g->nccl) {
+    exchange(g, send, sc, sd, recv, rc, rd, C, op);
+    return;
+  }
+  if (sc[0] != rc[0]) rt_cuda_fail(op, "a group of one rank receives other rows than it sends");
+  if (sc[0])
+    cu_check(cudaMemcpyAsync(recv + (size_t)rd[0] * (size_t)C, send + (size_t)sd[0] * (size_t)C,
+                             (size_t)sc[0] * (size_t)C * sizeof(act), cudaMemcpyDeviceToDevice, cu.stream), op);
 }
 
 void rt_moe_undispatch(MPI_Comm ep_comm, const RtA2A *a, act *yp, act *tmp, const act *ye, int C) {

@@ -8,6 +8,8 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <stdint.h>
 
 #include "attn_cudnn.h"
 #include "cu_scratch.h"
@@ -41,7 +43,7 @@ enum {
   K_MLA_KV_BACKWARD, K_MOE_LOAD_ADD, K_ROUTER_BIAS_UPDATE, K_SEQ_AUX_STATS, K_SEQ_AUX_BACKWARD,
   K_SEQ_AUX_LOSS_SUM, K_MOE_GROUP_PTRS, K_ROPE_SPAN, K_ATTENTION_SPAN_FORWARD, K_ATTENTION_SPAN_BACKWARD_DQ,
   K_ATTENTION_SPAN_BACKWARD_DKV, K_CP_REVERSE, K_SCALE_F32, K_SWIGLU_ROWS_FORWARD, K_SWIGLU_ROWS_BACKWARD,
-  K_ADD_RMSNORM_FORWARD, K_COUNT
+  K_ADD_RMSNORM_FORWARD, K_HIER_ROWS, K_HIER_SCALARS_ADD, K_MOE_GATE_ROWS, K_COUNT
 };
 
 enum { CU_GROUPED_SLOTS = 8 };   /* pointer-array slots: one per grouped GEMM of one experts call */
@@ -147,6 +149,16 @@ void cu_ring_download(void *dst, const void *src, size_t bytes);
 /* Waits on the host until ev is done, watching the communicators as rt_cu_host_wait does
  * (comm_nccl.c). */
 void cu_host_wait_event(cudaEvent_t ev, const char *why);
+/* A group of NCCL over the ranks of comm (a split of the world communicator, watched and timed as the
+ * plan's groups are), named name, on the EP stream: the hierarchical all-to-all's node and cross
+ * groups (moe_hier.c). Collective over the world. Returns 0, or -1 with err. */
+int cu_comm_split(MPI_Comm comm, const char *name, char *err, size_t errlen);
+/* Rows of C act between the ranks of comm's group (cu_comm_split's or the plan's): to each rank p
+ * sc[p] rows from send + sd[p] rows, from it rc[p] rows into recv + rd[p]; one NCCL group on the
+ * group's stream, which waits for the compute stream's work so far and which the compute stream
+ * waits for (on the device). */
+void cu_comm_rows(MPI_Comm comm, const act *send, const int64_t *sc, const int64_t *sd, act *recv, const int64_t *rc,
+                  const int64_t *rd, int C, const char *op);
 /* Whether the stream was made to wait for a collective since the last host wait (comm_nccl.c):
  * a blocking copy then polls first (rt_cu_host_wait), so that a hung collective is named. */
 int cu_comm_waited(void);

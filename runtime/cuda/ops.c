@@ -31,7 +31,7 @@ static const char *const kernel_names[K_COUNT] = {
     "rope_strided", "mla_kv_forward", "mla_kv_backward", "moe_load_add", "router_bias_update",
     "seq_aux_stats", "seq_aux_backward", "seq_aux_loss_sum", "moe_group_ptrs", "rope_span", "attention_span_forward",
     "attention_span_backward_dq", "attention_span_backward_dkv", "cp_reverse", "scale_f32", "swiglu_rows_forward",
-    "swiglu_rows_backward", "add_rmsnorm_forward"};
+    "swiglu_rows_backward", "add_rmsnorm_forward", "hier_rows", "hier_scalars_add", "moe_gate_rows"};
 
 void rt_cuda_fail(const char *what, const char *msg) {
   int inited = 0, rank = 0;

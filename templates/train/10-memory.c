@@ -85,6 +85,11 @@ static Footprint footprint(void) {
   RtCudaConfig cfg = cuda_config();
   size_t scratch_host = 0, scratch_pinned = 0;
   f.hbm += (int64_t)rt_cuda_scratch_bytes(&cfg, &scratch_host, &scratch_pinned);
+  if (MOE_HIER_G > 0) { /* the hierarchical all-to-all's device tables and their host side */
+    size_t hier_host = 0;
+    f.hbm += (int64_t)rt_hier_cuda_bytes(PLAN_EP, MOE_HIER_G, TOKENS, TOP_K, MOE_CAP_ROWS, MOE_HIER_ST, &hier_host);
+    f.host += (int64_t)hier_host;
+  }
   f.pinned += (int64_t)scratch_pinned;
   f.host += (int64_t)(scratch_host + scratch_pinned) + (STATE_ON_HOST ? 0 : state);
 #endif

@@ -103,6 +103,10 @@ static int alloc_arenas(Run *r) {
     fprintf(stderr, "error: rank %d: no host memory for the hierarchical all-to-all's tables\n", c->comm.rank);
     return 2;
   }
+  if (MOE_HIER_G > 0 && rt_cu_hier_init(&c->hier, err, sizeof err) != 0) {
+    fprintf(stderr, "error: rank %d: the hierarchical all-to-all: %s\n", c->comm.rank, err);
+    return 2;
+  }
 #else
   (void)err;
   /* the host arena as the cuda build lays it out, in units of one act (real) each: the plan's

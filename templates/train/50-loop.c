@@ -266,6 +266,9 @@ static int train(Run *r) {
 static void release(Run *r) {
   RtCtx *c = &r->c;
   if (PLAN_EP > 1) rt_a2a_free(&c->a2a);
+#ifdef MTC_BACKEND_CUDA
+  if (MOE_HIER_G > 0) rt_cu_hier_free(&c->hier);
+#endif
   if (MOE_HIER_G > 0) rt_hier_free(&c->hier);
   free(r->muon_counts);
 #ifdef MTC_BACKEND_CUDA

@@ -39,6 +39,11 @@
 #   cp2-mla      as cp2 on tests/specs/mla.yaml (MLA, q/k heads of 12, values of 6: the own
 #                warp-per-row span kernels in bf16, RoPE on the rope part)                  (tol 2e-2)
 #   cp2-ep2      4 ranks, cp 2 x ep 2, bf16, cuDNN (not in the default list: 4 emulated ranks) (tol 2e-2)
+#   hier4x       4 ranks as 2 nodes x 2, EP 4, the hierarchical all-to-all (plan.moe_dispatch: hierarchical:
+#                NCCL node and cross groups, the relays' messages of at most a g-th of a round; the default
+#                moe_imbalance takes extra rounds), bf16, EMU_STREAMS=lazy (not in the default list)  (tol 2e-2)
+#   hier4x-grp   as hier4x with node-limited routing (n_group 2, topk_group 1), full checkpointing and
+#                buffers of the dropless worst case (one round), fp32 activations (not in the default list) (tol 1e-3)
 # A case may also be given as NAME:NP:TOL:ARG,ARG,... where an ARG is a spec key=value (--set)
 # or an environment VAR=value or a cmake -DVAR=value, or SPEC=PATH (the case's spec), e.g.
 # ep2:2:1e-3:plan.ep=2,MTC_GEMM=fp32
@@ -155,6 +160,11 @@ for c in $cases; do
   cp2-mla) case_run "$c" 2 2e-2 SPEC="$root/tests/specs/mla.yaml" cluster.gpus_per_node=2 plan.fsdp=2 plan.cp=2 \
     training.seq_len=16 EMU_STREAMS=lazy ;;
   cp2-ep2) case_run "$c" 4 2e-2 cluster.gpus_per_node=4 plan.fsdp=4 plan.cp=2 plan.ep=2 EMU_STREAMS=lazy ;;
+  hier4x) case_run "$c" 4 2e-2 cluster.nodes=2 cluster.gpus_per_node=2 plan.fsdp=4 plan.ep=4 plan.moe_dispatch=hierarchical \
+    plan.activation_checkpoint=none EMU_STREAMS=lazy ;;
+  hier4x-grp) case_run "$c" 4 1e-3 cluster.nodes=2 cluster.gpus_per_node=2 plan.fsdp=4 plan.ep=4 plan.moe_dispatch=hierarchical \
+    model.moe.n_group=2 model.moe.topk_group=1 plan.activation_checkpoint=full plan.moe_imbalance=4 MTC_GEMM=fp32 \
+    -DEMU_ACT_FLOAT=ON EMU_STREAMS=lazy ;;
   *:*:*:*)
     IFS=: read -r n np tol args <<<"$c"
     IFS=, read -r -a list <<<"$args"
