@@ -4470,7 +4470,6 @@ static void layer60_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4481,12 +4480,11 @@ static void layer60_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4521,7 +4519,6 @@ static void layer59_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4532,12 +4529,11 @@ static void layer59_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4572,7 +4568,6 @@ static void layer58_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4583,12 +4578,11 @@ static void layer58_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4623,7 +4617,6 @@ static void layer57_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4634,12 +4627,11 @@ static void layer57_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4674,7 +4666,6 @@ static void layer56_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4685,12 +4676,11 @@ static void layer56_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4725,7 +4715,6 @@ static void layer55_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4736,12 +4725,11 @@ static void layer55_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4776,7 +4764,6 @@ static void layer54_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4787,12 +4774,11 @@ static void layer54_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4827,7 +4813,6 @@ static void layer53_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4838,12 +4823,11 @@ static void layer53_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4878,7 +4862,6 @@ static void layer52_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4889,12 +4872,11 @@ static void layer52_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4929,7 +4911,6 @@ static void layer51_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4940,12 +4921,11 @@ static void layer51_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -4980,7 +4960,6 @@ static void layer50_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4991,12 +4970,11 @@ static void layer50_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5031,7 +5009,6 @@ static void layer49_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5042,12 +5019,11 @@ static void layer49_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5082,7 +5058,6 @@ static void layer48_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5093,12 +5068,11 @@ static void layer48_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5133,7 +5107,6 @@ static void layer47_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5144,12 +5117,11 @@ static void layer47_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5184,7 +5156,6 @@ static void layer46_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5195,12 +5166,11 @@ static void layer46_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5235,7 +5205,6 @@ static void layer45_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5246,12 +5215,11 @@ static void layer45_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5286,7 +5254,6 @@ static void layer44_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5297,12 +5264,11 @@ static void layer44_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5337,7 +5303,6 @@ static void layer43_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5348,12 +5313,11 @@ static void layer43_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5388,7 +5352,6 @@ static void layer42_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5399,12 +5362,11 @@ static void layer42_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5439,7 +5401,6 @@ static void layer41_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5450,12 +5411,11 @@ static void layer41_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5490,7 +5450,6 @@ static void layer40_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5501,12 +5460,11 @@ static void layer40_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5541,7 +5499,6 @@ static void layer39_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5552,12 +5509,11 @@ static void layer39_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5592,7 +5548,6 @@ static void layer38_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5603,12 +5558,11 @@ static void layer38_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5643,7 +5597,6 @@ static void layer37_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5654,12 +5607,11 @@ static void layer37_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5694,7 +5646,6 @@ static void layer36_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5705,12 +5656,11 @@ static void layer36_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5745,7 +5695,6 @@ static void layer35_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5756,12 +5705,11 @@ static void layer35_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5796,7 +5744,6 @@ static void layer34_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5807,12 +5754,11 @@ static void layer34_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5847,7 +5793,6 @@ static void layer33_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5858,12 +5803,11 @@ static void layer33_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5898,7 +5842,6 @@ static void layer32_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5909,12 +5852,11 @@ static void layer32_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -5949,7 +5891,6 @@ static void layer31_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5960,12 +5901,11 @@ static void layer31_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6000,7 +5940,6 @@ static void layer30_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6011,12 +5950,11 @@ static void layer30_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6051,7 +5989,6 @@ static void layer29_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6062,12 +5999,11 @@ static void layer29_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6102,7 +6038,6 @@ static void layer28_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6113,12 +6048,11 @@ static void layer28_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6153,7 +6087,6 @@ static void layer27_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6164,12 +6097,11 @@ static void layer27_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6204,7 +6136,6 @@ static void layer26_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6215,12 +6146,11 @@ static void layer26_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6255,7 +6185,6 @@ static void layer25_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6266,12 +6195,11 @@ static void layer25_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6306,7 +6234,6 @@ static void layer24_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6317,12 +6244,11 @@ static void layer24_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6357,7 +6283,6 @@ static void layer23_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6368,12 +6293,11 @@ static void layer23_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6408,7 +6332,6 @@ static void layer22_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6419,12 +6342,11 @@ static void layer22_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6459,7 +6381,6 @@ static void layer21_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6470,12 +6391,11 @@ static void layer21_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6510,7 +6430,6 @@ static void layer20_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6521,12 +6440,11 @@ static void layer20_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6561,7 +6479,6 @@ static void layer19_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6572,12 +6489,11 @@ static void layer19_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6612,7 +6528,6 @@ static void layer18_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6623,12 +6538,11 @@ static void layer18_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6663,7 +6577,6 @@ static void layer17_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6674,12 +6587,11 @@ static void layer17_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6714,7 +6626,6 @@ static void layer16_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6725,12 +6636,11 @@ static void layer16_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6765,7 +6675,6 @@ static void layer15_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6776,12 +6685,11 @@ static void layer15_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6816,7 +6724,6 @@ static void layer14_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6827,12 +6734,11 @@ static void layer14_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6867,7 +6773,6 @@ static void layer13_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6878,12 +6783,11 @@ static void layer13_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6918,7 +6822,6 @@ static void layer12_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6929,12 +6832,11 @@ static void layer12_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -6969,7 +6871,6 @@ static void layer11_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6980,12 +6881,11 @@ static void layer11_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7020,7 +6920,6 @@ static void layer10_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7031,12 +6930,11 @@ static void layer10_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7071,7 +6969,6 @@ static void layer9_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7082,12 +6979,11 @@ static void layer9_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7122,7 +7018,6 @@ static void layer8_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7133,12 +7028,11 @@ static void layer8_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7173,7 +7067,6 @@ static void layer7_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7184,12 +7077,11 @@ static void layer7_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7224,7 +7116,6 @@ static void layer6_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7235,12 +7126,11 @@ static void layer6_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7275,7 +7165,6 @@ static void layer5_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7286,12 +7175,11 @@ static void layer5_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7326,7 +7214,6 @@ static void layer4_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_A), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7337,12 +7224,11 @@ static void layer4_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */
@@ -7377,7 +7263,6 @@ static void layer3_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(218317056), NULL, A(DX_B), A(WS_SH), W(218317056), 49152, 2048, 7168); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 49152, 2048);
   rt_matmul_backward_set(A(DLN), DW(188956928), NULL, A(DSGU), A(WS_LN2), W(188956928), 49152, 7168, 4096); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 393216);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 49152, 8, 7168);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -7388,12 +7273,11 @@ static void layer3_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 7168); /* all-to-all */
-    rt_zero(A(DXE), 3523215360);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 64, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 7168); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 49152, 8, 7168);
-  rt_zero_real(RA(DLOGITS), 12582912);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 49152, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 49152, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 49152, 7168, 256); /* router */

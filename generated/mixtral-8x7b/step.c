@@ -894,7 +894,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -914,7 +915,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -934,7 +936,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -954,7 +957,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -974,7 +978,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -994,7 +999,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1014,7 +1020,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1034,7 +1041,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1054,7 +1062,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1074,7 +1083,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1094,7 +1104,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1114,7 +1125,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1134,7 +1146,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1154,7 +1167,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1174,7 +1188,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1194,7 +1209,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1214,7 +1230,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1234,7 +1251,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1254,7 +1272,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1274,7 +1293,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1294,7 +1314,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1314,7 +1335,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1334,7 +1356,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1354,7 +1377,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1374,7 +1398,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1394,7 +1419,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1414,7 +1440,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1434,7 +1461,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1454,7 +1482,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1474,7 +1503,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1494,7 +1524,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1514,7 +1545,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(41947136), 131072, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 131072, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 131072, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 131072, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1528,13 +1560,11 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 static void layer31_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1552,13 +1582,11 @@ static void layer31_backward(RtCtx *c) {
 static void layer30_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1576,13 +1604,11 @@ static void layer30_backward(RtCtx *c) {
 static void layer29_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1600,13 +1626,11 @@ static void layer29_backward(RtCtx *c) {
 static void layer28_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1624,13 +1648,11 @@ static void layer28_backward(RtCtx *c) {
 static void layer27_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1648,13 +1670,11 @@ static void layer27_backward(RtCtx *c) {
 static void layer26_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1672,13 +1692,11 @@ static void layer26_backward(RtCtx *c) {
 static void layer25_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1696,13 +1714,11 @@ static void layer25_backward(RtCtx *c) {
 static void layer24_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1720,13 +1736,11 @@ static void layer24_backward(RtCtx *c) {
 static void layer23_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1744,13 +1758,11 @@ static void layer23_backward(RtCtx *c) {
 static void layer22_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1768,13 +1780,11 @@ static void layer22_backward(RtCtx *c) {
 static void layer21_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1792,13 +1802,11 @@ static void layer21_backward(RtCtx *c) {
 static void layer20_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1816,13 +1824,11 @@ static void layer20_backward(RtCtx *c) {
 static void layer19_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1840,13 +1846,11 @@ static void layer19_backward(RtCtx *c) {
 static void layer18_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1864,13 +1868,11 @@ static void layer18_backward(RtCtx *c) {
 static void layer17_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1888,13 +1890,11 @@ static void layer17_backward(RtCtx *c) {
 static void layer16_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1912,13 +1912,11 @@ static void layer16_backward(RtCtx *c) {
 static void layer15_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1936,13 +1934,11 @@ static void layer15_backward(RtCtx *c) {
 static void layer14_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1960,13 +1956,11 @@ static void layer14_backward(RtCtx *c) {
 static void layer13_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -1984,13 +1978,11 @@ static void layer13_backward(RtCtx *c) {
 static void layer12_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2008,13 +2000,11 @@ static void layer12_backward(RtCtx *c) {
 static void layer11_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2032,13 +2022,11 @@ static void layer11_backward(RtCtx *c) {
 static void layer10_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2056,13 +2044,11 @@ static void layer10_backward(RtCtx *c) {
 static void layer9_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2080,13 +2066,11 @@ static void layer9_backward(RtCtx *c) {
 static void layer8_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2104,13 +2088,11 @@ static void layer8_backward(RtCtx *c) {
 static void layer7_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2128,13 +2110,11 @@ static void layer7_backward(RtCtx *c) {
 static void layer6_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2152,13 +2132,11 @@ static void layer6_backward(RtCtx *c) {
 static void layer5_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2176,13 +2154,11 @@ static void layer5_backward(RtCtx *c) {
 static void layer4_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2200,13 +2176,11 @@ static void layer4_backward(RtCtx *c) {
 static void layer3_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2224,13 +2198,11 @@ static void layer3_backward(RtCtx *c) {
 static void layer2_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2248,13 +2220,11 @@ static void layer2_backward(RtCtx *c) {
 static void layer1_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */
@@ -2272,13 +2242,11 @@ static void layer1_backward(RtCtx *c) {
 static void layer0_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 262144);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 131072, 2, 4096);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 536870912);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 131072, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 1048576);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 131072, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 131072, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 131072, 4096, 8); /* router */

@@ -1386,7 +1386,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1411,7 +1412,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1436,7 +1438,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1461,7 +1464,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1486,7 +1490,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1511,7 +1516,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1536,7 +1542,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1561,7 +1568,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1586,7 +1594,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1611,7 +1620,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1636,7 +1646,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1661,7 +1672,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1686,7 +1698,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1711,7 +1724,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1736,7 +1750,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1761,7 +1776,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1786,7 +1802,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1811,7 +1828,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1836,7 +1854,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1861,7 +1880,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1886,7 +1906,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1911,7 +1932,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1936,7 +1958,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1961,7 +1984,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1986,7 +2010,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2011,7 +2036,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2036,7 +2062,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2061,7 +2088,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2086,7 +2114,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2111,7 +2140,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2136,7 +2166,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2161,7 +2192,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2186,7 +2218,8 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2211,7 +2244,8 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2236,7 +2270,8 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2261,7 +2296,8 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2286,7 +2322,8 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2311,7 +2348,8 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2336,7 +2374,8 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2361,7 +2400,8 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2386,7 +2426,8 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2411,7 +2452,8 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2436,7 +2478,8 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2461,7 +2504,8 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2486,7 +2530,8 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2511,7 +2556,8 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2536,7 +2582,8 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2561,7 +2608,8 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2575,13 +2623,11 @@ static void layer47_forward(RtCtx *c, bool recompute) {
 static void layer47_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2606,13 +2652,11 @@ static void layer47_backward(RtCtx *c) {
 static void layer46_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2637,13 +2681,11 @@ static void layer46_backward(RtCtx *c) {
 static void layer45_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2668,13 +2710,11 @@ static void layer45_backward(RtCtx *c) {
 static void layer44_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2699,13 +2739,11 @@ static void layer44_backward(RtCtx *c) {
 static void layer43_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2730,13 +2768,11 @@ static void layer43_backward(RtCtx *c) {
 static void layer42_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2761,13 +2797,11 @@ static void layer42_backward(RtCtx *c) {
 static void layer41_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2792,13 +2826,11 @@ static void layer41_backward(RtCtx *c) {
 static void layer40_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2823,13 +2855,11 @@ static void layer40_backward(RtCtx *c) {
 static void layer39_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2854,13 +2884,11 @@ static void layer39_backward(RtCtx *c) {
 static void layer38_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2885,13 +2913,11 @@ static void layer38_backward(RtCtx *c) {
 static void layer37_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2916,13 +2942,11 @@ static void layer37_backward(RtCtx *c) {
 static void layer36_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2947,13 +2971,11 @@ static void layer36_backward(RtCtx *c) {
 static void layer35_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2978,13 +3000,11 @@ static void layer35_backward(RtCtx *c) {
 static void layer34_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3009,13 +3029,11 @@ static void layer34_backward(RtCtx *c) {
 static void layer33_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3040,13 +3058,11 @@ static void layer33_backward(RtCtx *c) {
 static void layer32_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3071,13 +3087,11 @@ static void layer32_backward(RtCtx *c) {
 static void layer31_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3102,13 +3116,11 @@ static void layer31_backward(RtCtx *c) {
 static void layer30_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3133,13 +3145,11 @@ static void layer30_backward(RtCtx *c) {
 static void layer29_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3164,13 +3174,11 @@ static void layer29_backward(RtCtx *c) {
 static void layer28_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3195,13 +3203,11 @@ static void layer28_backward(RtCtx *c) {
 static void layer27_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3226,13 +3232,11 @@ static void layer27_backward(RtCtx *c) {
 static void layer26_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3257,13 +3261,11 @@ static void layer26_backward(RtCtx *c) {
 static void layer25_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3288,13 +3290,11 @@ static void layer25_backward(RtCtx *c) {
 static void layer24_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3319,13 +3319,11 @@ static void layer24_backward(RtCtx *c) {
 static void layer23_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3350,13 +3348,11 @@ static void layer23_backward(RtCtx *c) {
 static void layer22_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3381,13 +3377,11 @@ static void layer22_backward(RtCtx *c) {
 static void layer21_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3412,13 +3406,11 @@ static void layer21_backward(RtCtx *c) {
 static void layer20_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3443,13 +3435,11 @@ static void layer20_backward(RtCtx *c) {
 static void layer19_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3474,13 +3464,11 @@ static void layer19_backward(RtCtx *c) {
 static void layer18_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3505,13 +3493,11 @@ static void layer18_backward(RtCtx *c) {
 static void layer17_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3536,13 +3522,11 @@ static void layer17_backward(RtCtx *c) {
 static void layer16_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3567,13 +3551,11 @@ static void layer16_backward(RtCtx *c) {
 static void layer15_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3598,13 +3580,11 @@ static void layer15_backward(RtCtx *c) {
 static void layer14_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3629,13 +3609,11 @@ static void layer14_backward(RtCtx *c) {
 static void layer13_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3660,13 +3638,11 @@ static void layer13_backward(RtCtx *c) {
 static void layer12_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3691,13 +3667,11 @@ static void layer12_backward(RtCtx *c) {
 static void layer11_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3722,13 +3696,11 @@ static void layer11_backward(RtCtx *c) {
 static void layer10_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3753,13 +3725,11 @@ static void layer10_backward(RtCtx *c) {
 static void layer9_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3784,13 +3754,11 @@ static void layer9_backward(RtCtx *c) {
 static void layer8_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3815,13 +3783,11 @@ static void layer8_backward(RtCtx *c) {
 static void layer7_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3846,13 +3812,11 @@ static void layer7_backward(RtCtx *c) {
 static void layer6_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3877,13 +3841,11 @@ static void layer6_backward(RtCtx *c) {
 static void layer5_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3908,13 +3870,11 @@ static void layer5_backward(RtCtx *c) {
 static void layer4_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3939,13 +3899,11 @@ static void layer4_backward(RtCtx *c) {
 static void layer3_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3970,13 +3928,11 @@ static void layer3_backward(RtCtx *c) {
 static void layer2_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -4001,13 +3957,11 @@ static void layer2_backward(RtCtx *c) {
 static void layer1_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -4032,13 +3986,11 @@ static void layer1_backward(RtCtx *c) {
 static void layer0_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
