@@ -55,8 +55,8 @@ void em_moe_forward(Em *e, int l) {
          "    c->aux_loss += rt_aux_loss_value(R(AUX), %lld, %.9g);\n  }\n", lg, idx, N, E, K, E, 2 * E, E,
       e->s->model.moe.aux_loss_coef);
   else
-    P(e, "  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %.9g, R(AUX));\n", lg,
-      idx, N, E, K, e->s->model.moe.aux_loss_coef);
+    P(e, "  real aux = rt_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %.9g, R(AUX)); /* recomputing too: the "
+         "backward's statistics */\n  if (!recompute) c->aux_loss += aux;\n", lg, idx, N, E, K, e->s->model.moe.aux_loss_coef);
   if (ms->seq_aux_loss_coef > 0) /* DeepSeek-V2's seq_aux, V3's complementary loss: per sequence of T tokens */
     P(e, "  if (!recompute) c->aux_loss += rt_seq_aux_loss_forward(R(%s), I(%s), %lld, %lld, %lld, %lld, %s, %.9g, R(AUX)); "
          "/* sequence-wise balance loss: N, E, K, T */\n", lg, idx, N, E, K, (long long)e->T, e->sigmoid ? "true" : "false",
@@ -188,8 +188,9 @@ void em_moe_backward(Em *e, int l, const char *dy) {
         (long long)o, bias_arg(e, g, "moe.shared_experts.up_proj.weight", "DW"), ln2, (long long)o, N, C, Fs);
     }
   }
-  P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
-  if (!e->hier) /* (hierarchical: at the experts' owners, rt_moe_gate_rows) */
+  if (e->hier) /* hierarchical: at the experts' owners (rt_moe_gate_rows), added per round */
+    P(e, "  rt_zero_real(R(DWTS), %lld);\n", N * K);
+  else /* writes DYP and DWTS */
     P(e, "  rt_moe_combine_backward(R(DYP), R(DWTS), R(%s), R(%s), R(%s), I(%s), %lld, %lld, %lld);\n", dy, yp, wts,
       pos, N, K, C);
   int ge = e->layer_experts[l];
@@ -206,7 +207,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
    * this layer's own saved YP */
   const char *dxp = e->ep == 1 ? yp : "DXP";
   if (e->ep == 1) {
-    P(e, "  rt_zero(R(%s), %lld); /* the gradient of the token copies, in YP's bytes */\n  ", dxp, N * K * C);
+    P(e, "  /* the gradient of the token copies (written), in YP's bytes */\n  ");
     P(e, bwd, dxp, dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYP", xp, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, offs), exn(e), C, (long long)e->Fe, edg);
   } else if (e->hier) {
@@ -230,7 +231,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
          "gradient, once per token and node */\n", dy, wts, stage, C);
     P(e, "    rt_moe_gate_rows(R(DYE), R(HDV), R(DXE), R(HEW), c->a2a.rows_recv, %lld); /* DYE: gate x gradient; HDV: "
          "gradient . output */\n", C);
-    P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
+    P(e, "    /* writes DXE's rows */\n    ");
     P(e, bwd, "DXE", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYE", xe, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_hier_combine(&c->hier, &c->a2a, R(DLN), R(DXE), false, %s, %lld); /* the rows' gradient, summed "
@@ -248,7 +249,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
          "%lld);\n    }\n", ye, eg, eu, eh, xe, wg, exw(e, "WE", wu), exw(e, "WE", wd),
       exo(e, eo), exn(e), C, (long long)e->Fe);
     P(e, "    rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, R(DYE), I(WS_EOFF), R(A2A), R(DYP), %lld); /* all-to-all */\n", C);
-    P(e, "    rt_zero(R(DXE), %lld);\n    ", (long long)(e->R * e->C));
+    P(e, "    /* writes DXE's rows */\n    ");
     P(e, bwd, "DXE", dwg, exw(e, "DWE", wu), exw(e, "DWE", wd), "DYE", xe, eg, eu, eh, wg,
       exw(e, "WE", wu), exw(e, "WE", wd), exo(e, "WS_EOFF"), exn(e), C, (long long)e->Fe, edg);
     P(e, "    rt_moe_undispatch(c->comm.ep_comm, &c->a2a, R(DXP), R(A2A), R(DXE), %lld); /* all-to-all back */\n  }\n", C);
@@ -257,7 +258,7 @@ void em_moe_backward(Em *e, int l, const char *dy) {
     em_dln_zero(e);
     P(e, "  rt_moe_gather_backward(R(DLN), R(%s), I(%s), %lld, %lld, %lld);\n", dxp, pos, N, K, C);
   }
-  P(e, "  rt_zero_real(R(DLOGITS), %lld);\n", N * E);
+  /* the router's backward writes DLOGITS, the balancing losses' add */
   if (reweight(e))
     P(e, "  rt_router_weights_backward(R(DLOGITS), R(DWTS), R(%s), I(%s), R(%s), %lld, %lld, %lld, %s, %s, %.9g);\n", lg,
       idx, wts, N, E, K, e->sigmoid ? "true" : "false", e->s->model.moe.norm_topk_prob ? "true" : "false",

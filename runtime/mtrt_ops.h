@@ -21,8 +21,10 @@
  * WRITE an input gradient, so that its first writer needs no zeroed buffer (and the cuda backend
  * no memset pass): rt_matmul_backward_set's dx, rt_attention_backward's dq, dk, dv (and
  * rt_attention_qkv_backward's dqkv),
- * rt_swiglu_backward's dg, du (rt_swiglu_rows_backward's dgu), rt_gelu_backward's dx and
- * rt_moe_combine_backward's dyp.
+ * rt_swiglu_backward's dg, du (rt_swiglu_rows_backward's dgu), rt_gelu_backward's dx,
+ * rt_moe_combine_backward's dyp and dwts, rt_experts_backward's dxp, and the routers' dlogits
+ * (rt_router_backward, rt_router_weights_backward: the whole (N,E) rows, zeros where no expert
+ * was selected; the balancing losses' backward then add).
  * Ops never allocate: callers pass every buffer (the plan sizes them).
  */
 #ifndef MTRT_OPS_H
@@ -224,7 +226,8 @@ extern uint64_t rt_route_hash;
  * auxiliary-loss-free balancing). idx, wts (N,K); ties go to the lower expert index. */
 void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E,
                        int K, bool sigmoid);
-/* dlogits (N,E) += the gradient through the weights (selection is not differentiable). */
+/* dlogits (N,E) = the gradient through the weights (selection is not differentiable; written,
+ * 0 for the experts not selected). */
 void rt_router_backward(real *dlogits, const real *dwts, const real *logits, const int32_t *idx,
                         const real *wts, int N, int E, int K, bool sigmoid);
 /* Group-limited routing. Sigmoid (DeepSeek-V3: transformers' modeling_deepseek_v3.py,
@@ -251,7 +254,8 @@ void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const 
  * Called after rt_router_forward (which selects) when norm is false or scale is not 1. */
 void rt_router_weights(real *wts, const real *logits, const int32_t *idx, int N, int E, int K, bool sigmoid,
                        bool norm, real scale);
-/* dlogits (N,E) += the gradient of rt_router_weights' weights (wts, its output) given dwts (N,K):
+/* dlogits (N,E) = the gradient of rt_router_weights' weights (wts, its output) given dwts (N,K)
+ * (written, 0 where none flows):
  * norm: a_j dA_j = u_j (s dw_j − Σ_i u_i s dw_i) with u = w / s, times (1 − σ) for sigmoid;
  * softmax, not norm: dl_e = p_e (s dw_e [e selected] − Σ_j w_j dw_j) for every e;
  * sigmoid, not norm: dl_j = s dw_j σ_j (1 − σ_j). */
@@ -311,7 +315,7 @@ void rt_moe_permute(int32_t *pos, int *offsets, const int32_t *idx, int N, int E
 /* xp (N·K, C): xp[pos[n,j]] = x[n]; backward adds the K copies' gradients into dx. */
 void rt_moe_gather(act *xp, const act *x, const int32_t *pos, int N, int K, int C);
 void rt_moe_gather_backward(act *dx, const act *dxp, const int32_t *pos, int N, int K, int C);
-/* y (N,C) += Σ_j wts[n,j] · yp[pos[n,j]]; backward: dyp (set, N·K rows) and dwts (added). */
+/* y (N,C) += Σ_j wts[n,j] · yp[pos[n,j]]; backward: dyp (set, N·K rows) and dwts (set). */
 void rt_moe_combine(act *y, const act *yp, const real *wts, const int32_t *pos, int N, int K, int C);
 void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp, const real *wts,
                              const int32_t *pos, int N, int K, int C);
@@ -329,7 +333,8 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg,
                         const act *wu, const act *wd, const int *offsets, int E, int per,
                         int64_t stride, int C, int F);
-/* dh, dg, du: scratch of (N·K, F) each. With wg NULL (GELU experts) g, dg and dwg are not used
+/* dxp (the rows of offsets[0..E]) is written, the weights' gradients added. dh, dg, du: scratch
+ * of (N·K, F) each, written before read. With wg NULL (GELU experts) g, dg and dwg are not used
  * (may be NULL). */
 void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp,
                          const act *g, const act *u, const act *h, const act *wg, const act *wu,

@@ -429,7 +429,7 @@ static void test_router(void) {
   ro_l = arr(RTN * RTE), ro_R = arr(RTN * RTK), ro_bias = arr(RTE);
   for (int sig = 0; sig < 2; sig++) {
     ro_sig = sig;
-    double *dl = zeros(RTN * RTE);
+    double *dl = arr(RTN * RTE); /* stale values: the router's backward writes dlogits */
     rt_router_forward(ro_idx, ro_w, ro_l, sig ? ro_bias : NULL, RTN, RTE, RTK, sig);
     double *bias = ro_bias;
     if (!sig) ro_bias = NULL;
@@ -464,7 +464,7 @@ static void test_router_weights(void) {
     rt_router_forward(ro_idx, ro_w, ro_l, NULL, RTN, RTE, RTK, ro_sig);
     double ref[RTN * RTK];
     memcpy(ref, ro_w, sizeof ref);
-    double *dl = zeros(RTN * RTE);
+    double *dl = arr(RTN * RTE); /* stale values: written */
     loss_fn = rw_loss;
     rw_loss();
     rt_router_weights_backward(dl, ro_R, ro_l, ro_idx, ro_w, RTN, RTE, RTK, ro_sig, rw_norm, rw_scale);
@@ -547,9 +547,10 @@ static void test_moe(void) {
   CHECK_EQ(mx_pos[7], 2);
   loss_fn = mx_loss;
   mx_loss();
-  double *dyp = zeros(XN * XK * XC), *dwts = zeros(XN * XK), *dxp = zeros(XN * XK * XC);
+  /* stale values where the ops write (dyp, dwts, dxp and the scratch dh, dg, du), zeros where they add */
+  double *dyp = arr(XN * XK * XC), *dwts = arr(XN * XK), *dxp = arr(XN * XK * XC);
   double *dx = zeros(XN * XC), *dwg = zeros(XE * XF * XC), *dwu = zeros(XE * XF * XC), *dwd = zeros(XE * XC * XF);
-  double *dh = zeros(XN * XK * XF), *dg = zeros(XN * XK * XF), *du = zeros(XN * XK * XF);
+  double *dh = arr(XN * XK * XF), *dg = arr(XN * XK * XF), *du = arr(XN * XK * XF);
   rt_moe_combine_backward(dyp, dwts, mx_R, mx_yp, mx_wts, mx_pos, XN, XK, XC);
   rt_experts_backward(dxp, dwg, dwu, dwd, dyp, mx_xp, mx_g, mx_u, mx_h, mx_wg, mx_wu, mx_wd, mx_off,
                       XE, XE, 0, XC, XF, dh, dg, du);
@@ -571,7 +572,7 @@ static void test_moe(void) {
       memcpy(sw[i] + (e / SP) * SST + (e % SP) * XF * XC, fw[i] + e * XF * XC, sizeof(double) * XF * XC);
   }
   double *yp = zeros(XN * XK * XC), *g = zeros(XN * XK * XF), *u = zeros(XN * XK * XF), *h = zeros(XN * XK * XF);
-  double *sdxp = zeros(XN * XK * XC);
+  double *sdxp = arr(XN * XK * XC);
   rt_experts_forward(yp, g, u, h, mx_xp, sw[0], sw[1], sw[2], mx_off, XE, SP, SST, XC, XF);
   CHECK(memcmp(yp, mx_yp, sizeof mx_yp) == 0 && memcmp(h, mx_h, sizeof mx_h) == 0);
   rt_experts_backward(sdxp, sdw[0], sdw[1], sdw[2], dyp, mx_xp, g, u, h, sw[0], sw[1], sw[2], mx_off, XE, SP, SST,
@@ -641,9 +642,9 @@ static double mx_gelu_loss(void) {
 static void test_moe_gelu(void) {
   loss_fn = mx_gelu_loss;
   mx_gelu_loss();
-  double *dyp = zeros(XN * XK * XC), *dwts = zeros(XN * XK), *dxp = zeros(XN * XK * XC);
+  double *dyp = arr(XN * XK * XC), *dwts = arr(XN * XK), *dxp = arr(XN * XK * XC); /* stale: written */
   double *dx = zeros(XN * XC), *dwu = zeros(XE * XF * XC), *dwd = zeros(XE * XC * XF);
-  double *dh = zeros(XN * XK * XF), *du = zeros(XN * XK * XF);
+  double *dh = arr(XN * XK * XF), *du = arr(XN * XK * XF);
   rt_moe_combine_backward(dyp, dwts, mx_R, mx_yp, mx_wts, mx_pos, XN, XK, XC);
   rt_experts_backward(dxp, NULL, dwu, dwd, dyp, mx_xp, NULL, mx_u, mx_h, NULL, mx_wu, mx_wd, mx_off,
                       XE, XE, 0, XC, XF, dh, NULL, du);

@@ -4601,12 +4601,11 @@ static void layer60_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -4651,12 +4650,11 @@ static void layer59_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -4701,12 +4699,11 @@ static void layer58_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -4751,12 +4748,11 @@ static void layer57_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -4801,12 +4797,11 @@ static void layer56_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -4851,12 +4846,11 @@ static void layer55_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -4901,12 +4895,11 @@ static void layer54_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -4951,12 +4944,11 @@ static void layer53_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5001,12 +4993,11 @@ static void layer52_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5051,12 +5042,11 @@ static void layer51_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5101,12 +5091,11 @@ static void layer50_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5151,12 +5140,11 @@ static void layer49_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5201,12 +5189,11 @@ static void layer48_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5251,12 +5238,11 @@ static void layer47_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5301,12 +5287,11 @@ static void layer46_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5351,12 +5336,11 @@ static void layer45_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5401,12 +5385,11 @@ static void layer44_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5451,12 +5434,11 @@ static void layer43_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5501,12 +5483,11 @@ static void layer42_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5551,12 +5532,11 @@ static void layer41_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5601,12 +5581,11 @@ static void layer40_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5651,12 +5630,11 @@ static void layer39_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5701,12 +5679,11 @@ static void layer38_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5751,12 +5728,11 @@ static void layer37_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5801,12 +5777,11 @@ static void layer36_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5851,12 +5826,11 @@ static void layer35_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5901,12 +5875,11 @@ static void layer34_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -5951,12 +5924,11 @@ static void layer33_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6001,12 +5973,11 @@ static void layer32_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6051,12 +6022,11 @@ static void layer31_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6101,12 +6071,11 @@ static void layer30_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6151,12 +6120,11 @@ static void layer29_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6201,12 +6169,11 @@ static void layer28_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6251,12 +6218,11 @@ static void layer27_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6301,12 +6267,11 @@ static void layer26_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6351,12 +6316,11 @@ static void layer25_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6401,12 +6365,11 @@ static void layer24_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6451,12 +6414,11 @@ static void layer23_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6501,12 +6463,11 @@ static void layer22_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6551,12 +6512,11 @@ static void layer21_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6601,12 +6561,11 @@ static void layer20_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6651,12 +6610,11 @@ static void layer19_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6701,12 +6659,11 @@ static void layer18_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6751,12 +6708,11 @@ static void layer17_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6801,12 +6757,11 @@ static void layer16_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6851,12 +6806,11 @@ static void layer15_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6901,12 +6855,11 @@ static void layer14_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -6951,12 +6904,11 @@ static void layer13_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7001,12 +6953,11 @@ static void layer12_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7051,12 +7002,11 @@ static void layer11_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7101,12 +7051,11 @@ static void layer10_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7151,12 +7100,11 @@ static void layer9_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7201,12 +7149,11 @@ static void layer8_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7251,12 +7198,11 @@ static void layer7_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7301,12 +7247,11 @@ static void layer6_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7351,12 +7296,11 @@ static void layer5_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7401,12 +7345,11 @@ static void layer4_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_A), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */
@@ -7451,12 +7394,11 @@ static void layer3_backward(RtCtx *c) {
     }
     rt_moe_hier_dispatch(&c->hier, &c->a2a, r, A(DXE), I(WS_EOFF), R(HEW), A(DX_B), R(WS_WTS), A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the output's gradient, once per token and node */
     rt_moe_gate_rows(A(DYE), R(HDV), A(DXE), R(HEW), c->a2a.rows_recv, 7168); /* DYE: gate x gradient; HDV: gradient . output */
-    rt_zero(A(DXE), 4404019200);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(14680064), DWE(29360128), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(14680064), WE(29360128), I(WS_EOFF), 32, 1, SHARD_EXPERTS_ELEMS, 7168, 2048, A(EDH), A(EDG), A(EDU));
     rt_moe_hier_combine(&c->hier, &c->a2a, A(DLN), A(DXE), false, A(HUS), A(HUR), A(HST), A(A2A), 7168); /* the rows' gradient, summed per token */
     rt_moe_hier_scalars_back(&c->hier, &c->a2a, R(DWTS), R(HDV));
   }
-  rt_zero_real(RA(DLOGITS), 15728640);
   rt_router_weights_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 61440, 256, 8, true, true, 2.5);
   rt_seq_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 61440, 256, 8, 4096, true, 0.0001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(187121664), RA(DLOGITS), A(WS_LN2), W(187121664), 61440, 7168, 256); /* router */

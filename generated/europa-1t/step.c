@@ -2056,7 +2056,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2086,7 +2087,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2116,7 +2118,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2146,7 +2149,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2176,7 +2180,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2206,7 +2211,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2236,7 +2242,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2266,7 +2273,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2296,7 +2304,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2326,7 +2335,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2356,7 +2366,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2386,7 +2397,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2416,7 +2428,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2446,7 +2459,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2476,7 +2490,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2506,7 +2521,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2536,7 +2552,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2566,7 +2583,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2596,7 +2614,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2626,7 +2645,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2656,7 +2676,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2686,7 +2707,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2716,7 +2738,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2746,7 +2769,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2776,7 +2800,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2806,7 +2831,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2836,7 +2862,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2866,7 +2893,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2896,7 +2924,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2926,7 +2955,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2956,7 +2986,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -2986,7 +3017,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3016,7 +3048,8 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3046,7 +3079,8 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3076,7 +3110,8 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3106,7 +3141,8 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3136,7 +3172,8 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3166,7 +3203,8 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3196,7 +3234,8 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3226,7 +3265,8 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3256,7 +3296,8 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3286,7 +3327,8 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3316,7 +3358,8 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3346,7 +3389,8 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3376,7 +3420,8 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3406,7 +3451,8 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3436,7 +3482,8 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3466,7 +3513,8 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3496,7 +3544,8 @@ static void layer48_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X48), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3526,7 +3575,8 @@ static void layer49_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X49), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3556,7 +3606,8 @@ static void layer50_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X50), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3586,7 +3637,8 @@ static void layer51_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X51), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3616,7 +3668,8 @@ static void layer52_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X52), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3646,7 +3699,8 @@ static void layer53_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X53), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3676,7 +3730,8 @@ static void layer54_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X54), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3706,7 +3761,8 @@ static void layer55_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X55), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3736,7 +3792,8 @@ static void layer56_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X56), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3766,7 +3823,8 @@ static void layer57_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X57), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3796,7 +3854,8 @@ static void layer58_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X58), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3826,7 +3885,8 @@ static void layer59_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X59), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3856,7 +3916,8 @@ static void layer60_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X60), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3886,7 +3947,8 @@ static void layer61_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X61), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3916,7 +3978,8 @@ static void layer62_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X62), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3946,7 +4009,8 @@ static void layer63_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X63), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -3976,7 +4040,8 @@ static void layer64_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X64), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4006,7 +4071,8 @@ static void layer65_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X65), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4036,7 +4102,8 @@ static void layer66_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X66), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4066,7 +4133,8 @@ static void layer67_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X67), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4096,7 +4164,8 @@ static void layer68_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X68), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4126,7 +4195,8 @@ static void layer69_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X69), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4156,7 +4226,8 @@ static void layer70_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X70), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4186,7 +4257,8 @@ static void layer71_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X71), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4216,7 +4288,8 @@ static void layer72_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X72), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4246,7 +4319,8 @@ static void layer73_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X73), A(WS_Y), W(100669440), 65536, 6144, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 384, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 384, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 6144);
   /* expert parallelism over 4 ranks: this rank's experts take the rows routed to them, in rounds
@@ -4273,7 +4347,6 @@ static void layer73_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4284,12 +4357,11 @@ static void layer73_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4310,7 +4382,6 @@ static void layer72_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4321,12 +4392,11 @@ static void layer72_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4347,7 +4417,6 @@ static void layer71_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4358,12 +4427,11 @@ static void layer71_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4384,7 +4452,6 @@ static void layer70_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4395,12 +4462,11 @@ static void layer70_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4421,7 +4487,6 @@ static void layer69_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4432,12 +4497,11 @@ static void layer69_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4458,7 +4522,6 @@ static void layer68_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4469,12 +4532,11 @@ static void layer68_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4495,7 +4557,6 @@ static void layer67_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4506,12 +4567,11 @@ static void layer67_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4532,7 +4592,6 @@ static void layer66_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4543,12 +4602,11 @@ static void layer66_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4569,7 +4627,6 @@ static void layer65_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4580,12 +4637,11 @@ static void layer65_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4606,7 +4662,6 @@ static void layer64_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4617,12 +4672,11 @@ static void layer64_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4643,7 +4697,6 @@ static void layer63_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4654,12 +4707,11 @@ static void layer63_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4680,7 +4732,6 @@ static void layer62_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4691,12 +4742,11 @@ static void layer62_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4717,7 +4767,6 @@ static void layer61_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4728,12 +4777,11 @@ static void layer61_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4754,7 +4802,6 @@ static void layer60_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4765,12 +4812,11 @@ static void layer60_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4791,7 +4837,6 @@ static void layer59_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4802,12 +4847,11 @@ static void layer59_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4828,7 +4872,6 @@ static void layer58_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4839,12 +4882,11 @@ static void layer58_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4865,7 +4907,6 @@ static void layer57_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4876,12 +4917,11 @@ static void layer57_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4902,7 +4942,6 @@ static void layer56_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4913,12 +4952,11 @@ static void layer56_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4939,7 +4977,6 @@ static void layer55_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4950,12 +4987,11 @@ static void layer55_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -4976,7 +5012,6 @@ static void layer54_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -4987,12 +5022,11 @@ static void layer54_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5013,7 +5047,6 @@ static void layer53_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5024,12 +5057,11 @@ static void layer53_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5050,7 +5082,6 @@ static void layer52_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5061,12 +5092,11 @@ static void layer52_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5087,7 +5117,6 @@ static void layer51_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5098,12 +5127,11 @@ static void layer51_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5124,7 +5152,6 @@ static void layer50_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5135,12 +5162,11 @@ static void layer50_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5161,7 +5187,6 @@ static void layer49_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5172,12 +5197,11 @@ static void layer49_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5198,7 +5222,6 @@ static void layer48_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5209,12 +5232,11 @@ static void layer48_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5235,7 +5257,6 @@ static void layer47_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5246,12 +5267,11 @@ static void layer47_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5272,7 +5292,6 @@ static void layer46_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5283,12 +5302,11 @@ static void layer46_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5309,7 +5327,6 @@ static void layer45_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5320,12 +5337,11 @@ static void layer45_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5346,7 +5362,6 @@ static void layer44_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5357,12 +5372,11 @@ static void layer44_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5383,7 +5397,6 @@ static void layer43_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5394,12 +5407,11 @@ static void layer43_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5420,7 +5432,6 @@ static void layer42_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5431,12 +5442,11 @@ static void layer42_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5457,7 +5467,6 @@ static void layer41_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5468,12 +5477,11 @@ static void layer41_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5494,7 +5502,6 @@ static void layer40_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5505,12 +5512,11 @@ static void layer40_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5531,7 +5537,6 @@ static void layer39_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5542,12 +5547,11 @@ static void layer39_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5568,7 +5572,6 @@ static void layer38_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5579,12 +5582,11 @@ static void layer38_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5605,7 +5607,6 @@ static void layer37_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5616,12 +5617,11 @@ static void layer37_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5642,7 +5642,6 @@ static void layer36_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5653,12 +5652,11 @@ static void layer36_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5679,7 +5677,6 @@ static void layer35_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5690,12 +5687,11 @@ static void layer35_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5716,7 +5712,6 @@ static void layer34_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5727,12 +5722,11 @@ static void layer34_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5753,7 +5747,6 @@ static void layer33_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5764,12 +5757,11 @@ static void layer33_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5790,7 +5782,6 @@ static void layer32_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5801,12 +5792,11 @@ static void layer32_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5827,7 +5817,6 @@ static void layer31_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5838,12 +5827,11 @@ static void layer31_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5864,7 +5852,6 @@ static void layer30_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5875,12 +5862,11 @@ static void layer30_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5901,7 +5887,6 @@ static void layer29_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5912,12 +5897,11 @@ static void layer29_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5938,7 +5922,6 @@ static void layer28_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5949,12 +5932,11 @@ static void layer28_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -5975,7 +5957,6 @@ static void layer27_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -5986,12 +5967,11 @@ static void layer27_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6012,7 +5992,6 @@ static void layer26_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6023,12 +6002,11 @@ static void layer26_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6049,7 +6027,6 @@ static void layer25_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6060,12 +6037,11 @@ static void layer25_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6086,7 +6062,6 @@ static void layer24_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6097,12 +6072,11 @@ static void layer24_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6123,7 +6097,6 @@ static void layer23_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6134,12 +6107,11 @@ static void layer23_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6160,7 +6132,6 @@ static void layer22_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6171,12 +6142,11 @@ static void layer22_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6197,7 +6167,6 @@ static void layer21_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6208,12 +6177,11 @@ static void layer21_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6234,7 +6202,6 @@ static void layer20_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6245,12 +6212,11 @@ static void layer20_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6271,7 +6237,6 @@ static void layer19_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6282,12 +6247,11 @@ static void layer19_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6308,7 +6272,6 @@ static void layer18_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6319,12 +6282,11 @@ static void layer18_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6345,7 +6307,6 @@ static void layer17_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6356,12 +6317,11 @@ static void layer17_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6382,7 +6342,6 @@ static void layer16_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6393,12 +6352,11 @@ static void layer16_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6419,7 +6377,6 @@ static void layer15_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6430,12 +6387,11 @@ static void layer15_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6456,7 +6412,6 @@ static void layer14_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6467,12 +6422,11 @@ static void layer14_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6493,7 +6447,6 @@ static void layer13_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6504,12 +6457,11 @@ static void layer13_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6530,7 +6482,6 @@ static void layer12_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6541,12 +6492,11 @@ static void layer12_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6567,7 +6517,6 @@ static void layer11_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6578,12 +6527,11 @@ static void layer11_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6604,7 +6552,6 @@ static void layer10_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6615,12 +6562,11 @@ static void layer10_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6641,7 +6587,6 @@ static void layer9_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6652,12 +6597,11 @@ static void layer9_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6678,7 +6622,6 @@ static void layer8_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6689,12 +6632,11 @@ static void layer8_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6715,7 +6657,6 @@ static void layer7_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6726,12 +6667,11 @@ static void layer7_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6752,7 +6692,6 @@ static void layer6_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6763,12 +6702,11 @@ static void layer6_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6789,7 +6727,6 @@ static void layer5_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6800,12 +6737,11 @@ static void layer5_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6826,7 +6762,6 @@ static void layer4_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6837,12 +6772,11 @@ static void layer4_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6863,7 +6797,6 @@ static void layer3_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6874,12 +6807,11 @@ static void layer3_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6900,7 +6832,6 @@ static void layer2_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6911,12 +6842,11 @@ static void layer2_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6937,7 +6867,6 @@ static void layer1_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_A), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6948,12 +6877,11 @@ static void layer1_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */
@@ -6974,7 +6902,6 @@ static void layer0_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(125054976), NULL, A(DX_B), A(WS_SH), W(125054976), 65536, 1792, 6144); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(WS_SGU), 65536, 1792);
   rt_matmul_backward_set(A(DLN), DW(103034880), NULL, A(DSGU), A(WS_LN2), W(103034880), 65536, 6144, 3584); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 6144);
   int rounds = rt_moe_route(c->comm.ep_comm, &c->a2a, I(WS_OFFSETS)); /* as in the forward */
   for (int r = 0; r < rounds; r++) {
@@ -6985,12 +6912,11 @@ static void layer0_backward(RtCtx *c) {
       rt_experts_forward(A(WS_YE), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XE), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792);
     }
     rt_moe_dispatch(c->comm.ep_comm, &c->a2a, r, A(DYE), I(WS_EOFF), A(A2A), A(DYP), 6144); /* all-to-all */
-    rt_zero(A(DXE), 4026531840);
+    /* writes DXE's rows */
     rt_experts_backward(A(DXE), DWE(0), DWE(11010048), DWE(22020096), A(DYE), A(WS_XE), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(11010048), WE(22020096), I(WS_EOFF), 96, 1, SHARD_EXPERTS_ELEMS, 6144, 1792, A(EDH), A(EDG), A(EDU));
     rt_moe_undispatch(c->comm.ep_comm, &c->a2a, A(DXP), A(A2A), A(DXE), 6144); /* all-to-all back */
   }
   rt_moe_gather_backward(A(DLN), A(DXP), I(WS_POS), 65536, 8, 6144);
-  rt_zero_real(RA(DLOGITS), 25165824);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 384, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 384, 8, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(100675584), RA(DLOGITS), A(WS_LN2), W(100675584), 65536, 6144, 384); /* router */

@@ -90,22 +90,45 @@ static void tokens_to_device(RtCtx *c) {
 #define GRAD_ALL_REDUCE rt_comm_all_reduce
 #endif
 
-/* Zeroes every group's gradient shard (a new step). On the cuda backend a kernel on the stream
- * (the state arena on the GPU, or in pinned host memory written over C2C): the host does not wait. */
+/* The groups from g on whose gradient shards lie one after another in the state arena (the
+ * layout places them so): their count, and their values in *len. One launch or call covers them. */
+static int grad_run(int g, size_t *len) {
+  int n = 1;
+  *len = (size_t)step_groups[g].shard;
+  while (g + n < N_GROUPS && step_groups[g + n].grad == step_groups[g].grad + (int64_t)*len)
+    *len += (size_t)step_groups[g + n++].shard;
+  return n;
+}
+
+/* Zeroes every group's gradient shard (a new step), a run of adjacent shards at a time. On the
+ * cuda backend a kernel on the stream (the state arena on the GPU, or in pinned host memory
+ * written over C2C): the host does not wait. */
 static void zero_grads(RtCtx *c) {
+  for (int g = 0, n; g < N_GROUPS; g += n) {
+    size_t len;
+    n = grad_run(g, &len);
 #ifdef MTC_BACKEND_CUDA
-  for (int g = 0; g < N_GROUPS; g++) rt_cu_zero_state(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_cu_zero_state(c->state + step_groups[g].grad, len);
 #else
-  for (int g = 0; g < N_GROUPS; g++) rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_zero_real(c->state + step_groups[g].grad, len);
 #endif
+  }
 }
 
 /* The all-gathers read each group's master shard cast to the activation type (RtGroup.param):
- * refreshed after every change of the master (initialization, resume, optimizer step). A group
- * with param -1 (the master in HBM) is cast by step.c before each of its gathers. */
+ * refreshed after every change of the master (initialization, resume, optimizer step), one cast
+ * per run of groups whose masters and casts both lie one after another. A group with param -1
+ * (the master in HBM) is cast by step.c before each of its gathers. */
 static void refresh_params(RtCtx *c) {
-  for (int g = 0; g < N_GROUPS; g++)
-    if (step_groups[g].param >= 0) rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+  for (int g = 0, n; g < N_GROUPS; g += n) {
+    size_t len = (size_t)step_groups[g].shard;
+    for (n = 1; step_groups[g].param >= 0 && g + n < N_GROUPS &&
+                step_groups[g + n].param == step_groups[g].param + (int64_t)len &&
+                step_groups[g + n].master == step_groups[g].master + (int64_t)len;
+         n++)
+      len += (size_t)step_groups[g + n].shard;
+    if (step_groups[g].param >= 0) rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, len);
+  }
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state
@@ -1037,14 +1060,21 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
     if (PLAN_DP_REPLICATE > 1) grads_all_reduce(c);
     /* global gradient norm: the shards of one replica partition every parameter */
 #ifdef MTC_BACKEND_CUDA
-    /* the micro-batches' losses and every group's Σ g² in one copy down (one host wait) */
-    for (int g = 0; g < N_GROUPS; g++)
-      rt_cu_sum_squares_defer(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    /* the micro-batches' losses and Σ g² of every run of adjacent gradient shards in one copy
+     * down (one host wait) */
+    for (int g = 0, n; g < N_GROUPS; g += n) {
+      size_t len;
+      n = grad_run(g, &len);
+      rt_cu_sum_squares_defer(c->state + step_groups[g].grad, len);
+    }
     real sq = rt_cu_step_scalars(&loss);
 #else
     real sq = 0;
-    for (int g = 0; g < N_GROUPS; g++)
-      sq += (real)SUM_SQUARES(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    for (int g = 0, n; g < N_GROUPS; g += n) {
+      size_t len;
+      n = grad_run(g, &len);
+      sq += (real)SUM_SQUARES(c->state + step_groups[g].grad, len);
+    }
 #endif
     rt_comm_all_reduce(c->comm.fsdp_comm, &sq, 1);
     rt_comm_all_reduce(c->comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */

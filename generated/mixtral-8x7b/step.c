@@ -888,7 +888,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -910,7 +911,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -932,7 +934,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -954,7 +957,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -976,7 +980,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -998,7 +1003,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1020,7 +1026,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1042,7 +1049,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1064,7 +1072,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1086,7 +1095,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1108,7 +1118,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1130,7 +1141,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1152,7 +1164,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1174,7 +1187,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1196,7 +1210,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1218,7 +1233,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1240,7 +1256,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1262,7 +1279,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1284,7 +1302,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1306,7 +1325,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1328,7 +1348,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1350,7 +1371,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1372,7 +1394,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1394,7 +1417,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1416,7 +1440,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1438,7 +1463,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1460,7 +1486,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1482,7 +1509,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1504,7 +1532,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1526,7 +1555,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1548,7 +1578,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1570,7 +1601,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(41947136), 32768, 4096, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 32768, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 32768, 8, 2);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 32768, 2, 4096);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336); /* experts, hidden, expert width */
@@ -1584,13 +1616,11 @@ static void layer31_forward(RtCtx *c, bool recompute) {
 static void layer31_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1608,13 +1638,11 @@ static void layer31_backward(RtCtx *c) {
 static void layer30_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1632,13 +1660,11 @@ static void layer30_backward(RtCtx *c) {
 static void layer29_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1656,13 +1682,11 @@ static void layer29_backward(RtCtx *c) {
 static void layer28_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1680,13 +1704,11 @@ static void layer28_backward(RtCtx *c) {
 static void layer27_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1704,13 +1726,11 @@ static void layer27_backward(RtCtx *c) {
 static void layer26_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1728,13 +1748,11 @@ static void layer26_backward(RtCtx *c) {
 static void layer25_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1752,13 +1770,11 @@ static void layer25_backward(RtCtx *c) {
 static void layer24_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1776,13 +1792,11 @@ static void layer24_backward(RtCtx *c) {
 static void layer23_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1800,13 +1814,11 @@ static void layer23_backward(RtCtx *c) {
 static void layer22_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1824,13 +1836,11 @@ static void layer22_backward(RtCtx *c) {
 static void layer21_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1848,13 +1858,11 @@ static void layer21_backward(RtCtx *c) {
 static void layer20_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1872,13 +1880,11 @@ static void layer20_backward(RtCtx *c) {
 static void layer19_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1896,13 +1902,11 @@ static void layer19_backward(RtCtx *c) {
 static void layer18_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1920,13 +1924,11 @@ static void layer18_backward(RtCtx *c) {
 static void layer17_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1944,13 +1946,11 @@ static void layer17_backward(RtCtx *c) {
 static void layer16_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1968,13 +1968,11 @@ static void layer16_backward(RtCtx *c) {
 static void layer15_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -1992,13 +1990,11 @@ static void layer15_backward(RtCtx *c) {
 static void layer14_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2016,13 +2012,11 @@ static void layer14_backward(RtCtx *c) {
 static void layer13_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2040,13 +2034,11 @@ static void layer13_backward(RtCtx *c) {
 static void layer12_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2064,13 +2056,11 @@ static void layer12_backward(RtCtx *c) {
 static void layer11_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2088,13 +2078,11 @@ static void layer11_backward(RtCtx *c) {
 static void layer10_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2112,13 +2100,11 @@ static void layer10_backward(RtCtx *c) {
 static void layer9_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2136,13 +2122,11 @@ static void layer9_backward(RtCtx *c) {
 static void layer8_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2160,13 +2144,11 @@ static void layer8_backward(RtCtx *c) {
 static void layer7_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2184,13 +2166,11 @@ static void layer7_backward(RtCtx *c) {
 static void layer6_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2208,13 +2188,11 @@ static void layer6_backward(RtCtx *c) {
 static void layer5_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2232,13 +2210,11 @@ static void layer5_backward(RtCtx *c) {
 static void layer4_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2256,13 +2232,11 @@ static void layer4_backward(RtCtx *c) {
 static void layer3_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2280,13 +2254,11 @@ static void layer3_backward(RtCtx *c) {
 static void layer2_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2304,13 +2276,11 @@ static void layer2_backward(RtCtx *c) {
 static void layer1_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */
@@ -2328,13 +2298,11 @@ static void layer1_backward(RtCtx *c) {
 static void layer0_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 65536);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 32768, 2, 4096);
-  rt_zero(A(WS_YP), 268435456); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(469762048), DWE(939524096), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(469762048), WE(939524096), I(WS_OFFSETS), 8, 8, 0, 4096, 14336, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 32768, 2, 4096);
-  rt_zero_real(RA(DLOGITS), 262144);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 32768, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 32768, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(41951232), RA(DLOGITS), A(WS_LN2), W(41951232), 32768, 4096, 8); /* router */

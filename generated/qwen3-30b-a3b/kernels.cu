@@ -938,10 +938,12 @@ extern "C" __global__ void ns_finish(float *out, const float *x, int rows, int c
 
 // Cross-entropy over one vocabulary chunk of `cols` logits (fp32, from cuBLAS; cols <=
 // VOCAB_CHUNK, less for a last partial chunk) starting at column `first`: an online log-sum-exp
-// per row merged into (mx, sum) across chunks (mx starts at -inf, sum at 0), and the target's
-// logit picked when it falls in the chunk. grid TOKENS.
-extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *target_logit, const float *logits,
-                                               const int *targets, int first, int cols) {
+// per row merged into (mx, sum) across chunks (the first chunk, first 0, starts them: no fill
+// before), and the target's logit picked when it falls in the chunk. The last chunk (first + cols
+// = VOCAB) then leaves lse = mx + log(sum) in mx and adds lse − target logit to *loss (zeroed
+// before): the summed cross-entropy (the host divides by TOKENS). grid TOKENS.
+extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *target_logit, float *loss,
+                                               const float *logits, const int *targets, int first, int cols) {
   __shared__ float shared[32];
   const float *l = logits + (size_t)blockIdx.x * cols;
   float m = NEG_INF;
@@ -956,22 +958,18 @@ extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *tar
   for (int i = threadIdx.x; i < cols; i += blockDim.x) s += __expf(l[i] - m);
   s = block_sum(s, shared);
   if (threadIdx.x == 0) {
-    float M = fmaxf(mx[blockIdx.x], m);
-    sum[blockIdx.x] = sum[blockIdx.x] * __expf(mx[blockIdx.x] - M) + s * __expf(m - M);
-    mx[blockIdx.x] = M;
+    float M = first ? fmaxf(mx[blockIdx.x], m) : m;
+    float S = first ? sum[blockIdx.x] * __expf(mx[blockIdx.x] - M) + s * __expf(m - M) : s;
     int t = targets[blockIdx.x] - first;
     if (t >= 0 && t < cols) target_logit[blockIdx.x] = l[t];
+    if (first + cols < VOCAB) {
+      sum[blockIdx.x] = S, mx[blockIdx.x] = M;
+    } else {
+      float lse = M + __logf(S);
+      mx[blockIdx.x] = lse;
+      atomicAdd(loss, lse - target_logit[blockIdx.x]);
+    }
   }
-}
-
-// After the last chunk: lse = mx + log(sum) per token (in place of mx) and *loss += Σ (lse −
-// target logit), the summed cross-entropy (the host divides by TOKENS). One thread per token.
-extern "C" __global__ void cross_entropy_finish(float *lse, float *loss, const float *sum, const float *target_logit) {
-  int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= TOKENS) return;
-  float l = lse[n] + __logf(sum[n]);
-  lse[n] = l;
-  atomicAdd(loss, l - target_logit[n]);
 }
 
 // dlogits (TOKENS, cols) = scale × (softmax − one-hot(target)) for the chunk at column `first`,
@@ -1032,6 +1030,7 @@ extern "C" __global__ void router_backward(float *dlogits, const float *dwts, co
   float wdw = 0;
 #pragma unroll
   for (int j = 0; j < TOP_K; j++) wdw += wts[n * TOP_K + j] * dwts[n * TOP_K + j];
+  for (int e = 0; e < EXPERTS; e++) dlogits[(size_t)n * EXPERTS + e] = 0.f; // written: 0 where not selected
 #pragma unroll
   for (int j = 0; j < TOP_K; j++) {
     int e = idx[n * TOP_K + j];
@@ -1140,6 +1139,7 @@ extern "C" __global__ void router_weights_backward(float *dlogits, const float *
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) wdw += w[k] * dw[k];
   if (norm || sigmoid) {
+    for (int e = 0; e < EXPERTS; e++) dl[e] = 0.f; // written: 0 where not selected
 #pragma unroll
     for (int k = 0; k < TOP_K; k++) {
       float a = 1.f / (1.f + __expf(-l[ix[k]]));
@@ -1152,7 +1152,7 @@ extern "C" __global__ void router_weights_backward(float *dlogits, const float *
   float m = NEG_INF, den = 0;
   for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
   for (int e = 0; e < EXPERTS; e++) den += __expf(l[e] - m);
-  for (int e = 0; e < EXPERTS; e++) dl[e] -= __expf(l[e] - m) / den * wdw;
+  for (int e = 0; e < EXPERTS; e++) dl[e] = -__expf(l[e] - m) / den * wdw;
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) dl[ix[k]] += w[k] * dw[k];
 }
@@ -1192,8 +1192,10 @@ extern "C" __global__ void sigmoid_gate_backward(act *dx, float *dlogit, const a
 }
 
 // Switch-Transformer balancing loss (Fedus et al. 2021), α·E·Σ f_e P_e: stats (2 × EXPERTS,
-// zeroed before) += P (mean softmax over tokens) and f (fraction of assignments).
-extern "C" __global__ void aux_loss_stats(float *stats, const float *logits, const int *idx) {
+// zeroed before) += P (mean softmax over tokens) and f (fraction of assignments); with cnt (EXPERTS
+// ints, zeroed before) not NULL, moe_count's counts of the same assignments too (one pass for the
+// forward's statistics and the permutation's counts). One thread per token.
+extern "C" __global__ void aux_loss_stats(float *stats, int *cnt, const float *logits, const int *idx) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= TOKENS) return;
   const float *l = logits + (size_t)n * EXPERTS;
@@ -1203,6 +1205,9 @@ extern "C" __global__ void aux_loss_stats(float *stats, const float *logits, con
   for (int e = 0; e < EXPERTS; e++) atomicAdd(&stats[e], __expf(l[e] - m) / s / TOKENS);
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) atomicAdd(&stats[EXPERTS + idx[n * TOP_K + k]], 1.f / (TOKENS * TOP_K));
+  // (an expert out of range is not counted: the host finds the counts' sum short and aborts)
+  for (int k = 0; k < TOP_K && cnt; k++)
+    if ((unsigned)idx[n * TOP_K + k] < (unsigned)EXPERTS) atomicAdd(&cnt[idx[n * TOP_K + k]], 1);
 }
 
 // dlogits += coef · p ⊙ (f − Σ p f) per token, coef = dloss · α · E / TOKENS.
@@ -1269,7 +1274,7 @@ extern "C" __global__ void moe_combine_backward(act *dyp, float *dwts, const act
       ((uint4 *)(dyp + r))[i] = o.u;
     }
     d = block_sum(d, shared);
-    if (threadIdx.x == 0) dwts[n * TOP_K + k] += d;
+    if (threadIdx.x == 0) dwts[n * TOP_K + k] = d;
   }
 }
 

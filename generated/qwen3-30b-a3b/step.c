@@ -1240,7 +1240,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X0), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1265,7 +1266,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X1), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1290,7 +1292,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X2), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1315,7 +1318,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X3), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1340,7 +1344,8 @@ static void layer4_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X4), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1365,7 +1370,8 @@ static void layer5_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X5), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1390,7 +1396,8 @@ static void layer6_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X6), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1415,7 +1422,8 @@ static void layer7_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X7), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1440,7 +1448,8 @@ static void layer8_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X8), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1465,7 +1474,8 @@ static void layer9_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X9), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1490,7 +1500,8 @@ static void layer10_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X10), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1515,7 +1526,8 @@ static void layer11_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X11), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1540,7 +1552,8 @@ static void layer12_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X12), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1565,7 +1578,8 @@ static void layer13_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X13), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1590,7 +1604,8 @@ static void layer14_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X14), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1615,7 +1630,8 @@ static void layer15_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X15), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1640,7 +1656,8 @@ static void layer16_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X16), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1665,7 +1682,8 @@ static void layer17_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X17), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1690,7 +1708,8 @@ static void layer18_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X18), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1715,7 +1734,8 @@ static void layer19_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X19), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1740,7 +1760,8 @@ static void layer20_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X20), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1765,7 +1786,8 @@ static void layer21_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X21), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1790,7 +1812,8 @@ static void layer22_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X22), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1815,7 +1838,8 @@ static void layer23_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X23), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1840,7 +1864,8 @@ static void layer24_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X24), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1865,7 +1890,8 @@ static void layer25_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X25), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1890,7 +1916,8 @@ static void layer26_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X26), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1915,7 +1942,8 @@ static void layer27_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X27), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1940,7 +1968,8 @@ static void layer28_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X28), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1965,7 +1994,8 @@ static void layer29_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X29), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -1990,7 +2020,8 @@ static void layer30_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X30), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2015,7 +2046,8 @@ static void layer31_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X31), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2040,7 +2072,8 @@ static void layer32_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X32), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2065,7 +2098,8 @@ static void layer33_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X33), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2090,7 +2124,8 @@ static void layer34_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X34), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2115,7 +2150,8 @@ static void layer35_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X35), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2140,7 +2176,8 @@ static void layer36_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X36), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2165,7 +2202,8 @@ static void layer37_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X37), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2190,7 +2228,8 @@ static void layer38_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X38), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2215,7 +2254,8 @@ static void layer39_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X39), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2240,7 +2280,8 @@ static void layer40_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X40), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2265,7 +2306,8 @@ static void layer41_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X41), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2290,7 +2332,8 @@ static void layer42_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X42), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2315,7 +2358,8 @@ static void layer43_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X43), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2340,7 +2384,8 @@ static void layer44_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X44), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2365,7 +2410,8 @@ static void layer45_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X45), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2390,7 +2436,8 @@ static void layer46_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X46), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2415,7 +2462,8 @@ static void layer47_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(WS_RES), A(WS_LN2), R(WS_RSTD2), A(X47), A(WS_Y), W(18876672), 65536, 2048, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(WS_LOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router (mlp.gate) */
   rt_router_forward(I(WS_IDX), R(WS_WTS), R(WS_LOGITS), NULL, 65536, 128, 8, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX));
+  real aux = rt_aux_loss_forward(R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(WS_POS), I(WS_OFFSETS), I(WS_IDX), 65536, 128, 8);
   rt_moe_gather(A(WS_XP), A(WS_LN2), I(WS_POS), 65536, 8, 2048);
   rt_experts_forward(A(WS_YP), A(WS_EG), A(WS_EU), A(WS_EH), A(WS_XP), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768); /* experts, hidden, expert width */
@@ -2429,13 +2477,11 @@ static void layer47_forward(RtCtx *c, bool recompute) {
 static void layer47_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2460,13 +2506,11 @@ static void layer47_backward(RtCtx *c) {
 static void layer46_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2491,13 +2535,11 @@ static void layer46_backward(RtCtx *c) {
 static void layer45_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2522,13 +2564,11 @@ static void layer45_backward(RtCtx *c) {
 static void layer44_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2553,13 +2593,11 @@ static void layer44_backward(RtCtx *c) {
 static void layer43_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2584,13 +2622,11 @@ static void layer43_backward(RtCtx *c) {
 static void layer42_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2615,13 +2651,11 @@ static void layer42_backward(RtCtx *c) {
 static void layer41_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2646,13 +2680,11 @@ static void layer41_backward(RtCtx *c) {
 static void layer40_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2677,13 +2709,11 @@ static void layer40_backward(RtCtx *c) {
 static void layer39_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2708,13 +2738,11 @@ static void layer39_backward(RtCtx *c) {
 static void layer38_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2739,13 +2767,11 @@ static void layer38_backward(RtCtx *c) {
 static void layer37_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2770,13 +2796,11 @@ static void layer37_backward(RtCtx *c) {
 static void layer36_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2801,13 +2825,11 @@ static void layer36_backward(RtCtx *c) {
 static void layer35_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2832,13 +2854,11 @@ static void layer35_backward(RtCtx *c) {
 static void layer34_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2863,13 +2883,11 @@ static void layer34_backward(RtCtx *c) {
 static void layer33_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2894,13 +2912,11 @@ static void layer33_backward(RtCtx *c) {
 static void layer32_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2925,13 +2941,11 @@ static void layer32_backward(RtCtx *c) {
 static void layer31_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2956,13 +2970,11 @@ static void layer31_backward(RtCtx *c) {
 static void layer30_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -2987,13 +2999,11 @@ static void layer30_backward(RtCtx *c) {
 static void layer29_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3018,13 +3028,11 @@ static void layer29_backward(RtCtx *c) {
 static void layer28_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3049,13 +3057,11 @@ static void layer28_backward(RtCtx *c) {
 static void layer27_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3080,13 +3086,11 @@ static void layer27_backward(RtCtx *c) {
 static void layer26_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3111,13 +3115,11 @@ static void layer26_backward(RtCtx *c) {
 static void layer25_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3142,13 +3144,11 @@ static void layer25_backward(RtCtx *c) {
 static void layer24_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3173,13 +3173,11 @@ static void layer24_backward(RtCtx *c) {
 static void layer23_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3204,13 +3202,11 @@ static void layer23_backward(RtCtx *c) {
 static void layer22_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3235,13 +3231,11 @@ static void layer22_backward(RtCtx *c) {
 static void layer21_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3266,13 +3260,11 @@ static void layer21_backward(RtCtx *c) {
 static void layer20_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3297,13 +3289,11 @@ static void layer20_backward(RtCtx *c) {
 static void layer19_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3328,13 +3318,11 @@ static void layer19_backward(RtCtx *c) {
 static void layer18_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3359,13 +3347,11 @@ static void layer18_backward(RtCtx *c) {
 static void layer17_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3390,13 +3376,11 @@ static void layer17_backward(RtCtx *c) {
 static void layer16_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3421,13 +3405,11 @@ static void layer16_backward(RtCtx *c) {
 static void layer15_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3452,13 +3434,11 @@ static void layer15_backward(RtCtx *c) {
 static void layer14_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3483,13 +3463,11 @@ static void layer14_backward(RtCtx *c) {
 static void layer13_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3514,13 +3492,11 @@ static void layer13_backward(RtCtx *c) {
 static void layer12_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3545,13 +3521,11 @@ static void layer12_backward(RtCtx *c) {
 static void layer11_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3576,13 +3550,11 @@ static void layer11_backward(RtCtx *c) {
 static void layer10_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3607,13 +3579,11 @@ static void layer10_backward(RtCtx *c) {
 static void layer9_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3638,13 +3608,11 @@ static void layer9_backward(RtCtx *c) {
 static void layer8_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3669,13 +3637,11 @@ static void layer8_backward(RtCtx *c) {
 static void layer7_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3700,13 +3666,11 @@ static void layer7_backward(RtCtx *c) {
 static void layer6_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3731,13 +3695,11 @@ static void layer6_backward(RtCtx *c) {
 static void layer5_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3762,13 +3724,11 @@ static void layer5_backward(RtCtx *c) {
 static void layer4_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3793,13 +3753,11 @@ static void layer4_backward(RtCtx *c) {
 static void layer3_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3824,13 +3782,11 @@ static void layer3_backward(RtCtx *c) {
 static void layer2_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3855,13 +3811,11 @@ static void layer2_backward(RtCtx *c) {
 static void layer1_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */
@@ -3886,13 +3840,11 @@ static void layer1_backward(RtCtx *c) {
 static void layer0_backward(RtCtx *c) {
   /* an input gradient's first writer writes it (rt_matmul_backward_set, the attention, the
    * activations' backward), later ones add; a buffer only adders reach is zeroed first */
-  rt_zero_real(R(DWTS), 524288);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(WS_YP), R(WS_WTS), I(WS_POS), 65536, 8, 2048);
-  rt_zero(A(WS_YP), 1073741824); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(WS_YP), DWE(0), DWE(12582912), DWE(25165824), A(DYP), A(WS_XP), A(WS_EG), A(WS_EU), A(WS_EH), WE(0), WE(12582912), WE(25165824), I(WS_OFFSETS), 128, 8, SHARD_EXPERTS_ELEMS, 2048, 768, A(EDH), A(EDG), A(EDU));
   rt_zero(A(DLN), 134217728);
   rt_moe_gather_backward(A(DLN), A(WS_YP), I(WS_POS), 65536, 8, 2048);
-  rt_zero_real(RA(DLOGITS), 8388608);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(WS_LOGITS), I(WS_IDX), R(WS_WTS), 65536, 128, 8, false);
   rt_aux_loss_backward(RA(DLOGITS), R(WS_LOGITS), I(WS_IDX), 65536, 128, 8, 0.001, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(18878720), RA(DLOGITS), A(WS_LN2), W(18878720), 65536, 2048, 128); /* router */

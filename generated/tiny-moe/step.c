@@ -278,7 +278,8 @@ static void layer0_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(L0_RES), A(L0_LN2), R(L0_RSTD2), A(X0), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L0_LOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L0_IDX), R(L0_WTS), R(L0_LOGITS), NULL, 512, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(L0_POS), I(L0_OFFSETS), I(L0_IDX), 512, 8, 2);
   rt_moe_gather(A(L0_XP), A(L0_LN2), I(L0_POS), 512, 2, 128);
   rt_experts_forward(A(L0_YP), A(L0_EG), A(L0_EU), A(L0_EH), A(L0_XP), WE(0), WE(131072), WE(262144), I(L0_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
@@ -300,7 +301,8 @@ static void layer1_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(L1_RES), A(L1_LN2), R(L1_RSTD2), A(X1), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L1_LOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L1_IDX), R(L1_WTS), R(L1_LOGITS), NULL, 512, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(L1_POS), I(L1_OFFSETS), I(L1_IDX), 512, 8, 2);
   rt_moe_gather(A(L1_XP), A(L1_LN2), I(L1_POS), 512, 2, 128);
   rt_experts_forward(A(L1_YP), A(L1_EG), A(L1_EU), A(L1_EH), A(L1_XP), WE(0), WE(131072), WE(262144), I(L1_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
@@ -322,7 +324,8 @@ static void layer2_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(L2_RES), A(L2_LN2), R(L2_RSTD2), A(X2), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L2_LOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L2_IDX), R(L2_WTS), R(L2_LOGITS), NULL, 512, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(L2_POS), I(L2_OFFSETS), I(L2_IDX), 512, 8, 2);
   rt_moe_gather(A(L2_XP), A(L2_LN2), I(L2_POS), 512, 2, 128);
   rt_experts_forward(A(L2_YP), A(L2_EG), A(L2_EU), A(L2_EH), A(L2_XP), WE(0), WE(131072), WE(262144), I(L2_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
@@ -344,7 +347,8 @@ static void layer3_forward(RtCtx *c, bool recompute) {
   rt_add_rmsnorm_forward(A(L3_RES), A(L3_LN2), R(L3_RSTD2), A(X3), A(WS_Y), W(49280), 512, 128, EPS); /* residual, post_attention_layernorm */
   rt_router_logits_forward(R(L3_LOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router (mlp.gate) */
   rt_router_forward(I(L3_IDX), R(L3_WTS), R(L3_LOGITS), NULL, 512, 8, 2, false);
-  if (!recompute) c->aux_loss += rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX));
+  real aux = rt_aux_loss_forward(R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, R(AUX)); /* recomputing too: the backward's statistics */
+  if (!recompute) c->aux_loss += aux;
   rt_moe_permute(I(L3_POS), I(L3_OFFSETS), I(L3_IDX), 512, 8, 2);
   rt_moe_gather(A(L3_XP), A(L3_LN2), I(L3_POS), 512, 2, 128);
   rt_experts_forward(A(L3_YP), A(L3_EG), A(L3_EU), A(L3_EH), A(L3_XP), WE(0), WE(131072), WE(262144), I(L3_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256); /* experts, hidden, expert width */
@@ -363,12 +367,10 @@ static void layer3_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_A), A(L3_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L3_SGU), 512, 256);
   rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L3_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L3_YP), R(L3_WTS), I(L3_POS), 512, 2, 128);
-  rt_zero(A(L3_YP), 131072); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(L3_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L3_XP), A(L3_EG), A(L3_EU), A(L3_EH), WE(0), WE(131072), WE(262144), I(L3_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L3_YP), I(L3_POS), 512, 2, 128);
-  rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L3_LOGITS), I(L3_IDX), R(L3_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(L3_LOGITS), I(L3_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L3_LN2), W(49408), 512, 128, 8); /* router */
@@ -389,12 +391,10 @@ static void layer2_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_B), A(L2_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L2_SGU), 512, 256);
   rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L2_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L2_YP), R(L2_WTS), I(L2_POS), 512, 2, 128);
-  rt_zero(A(L2_YP), 131072); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(L2_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L2_XP), A(L2_EG), A(L2_EU), A(L2_EH), WE(0), WE(131072), WE(262144), I(L2_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L2_YP), I(L2_POS), 512, 2, 128);
-  rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L2_LOGITS), I(L2_IDX), R(L2_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(L2_LOGITS), I(L2_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L2_LN2), W(49408), 512, 128, 8); /* router */
@@ -415,12 +415,10 @@ static void layer1_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_A), A(L1_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L1_SGU), 512, 256);
   rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L1_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_A), A(L1_YP), R(L1_WTS), I(L1_POS), 512, 2, 128);
-  rt_zero(A(L1_YP), 131072); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(L1_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L1_XP), A(L1_EG), A(L1_EU), A(L1_EH), WE(0), WE(131072), WE(262144), I(L1_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L1_YP), I(L1_POS), 512, 2, 128);
-  rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L1_LOGITS), I(L1_IDX), R(L1_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(L1_LOGITS), I(L1_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L1_LN2), W(49408), 512, 128, 8); /* router */
@@ -441,12 +439,10 @@ static void layer0_backward(RtCtx *c) {
   rt_matmul_backward_set(A(DSH), DW(115968), NULL, A(DX_B), A(L0_SH), W(115968), 512, 256, 128); /* shared down_proj */
   rt_swiglu_rows_backward(A(DSGU), A(DSH), A(L0_SGU), 512, 256);
   rt_matmul_backward_set(A(DLN), DW(50432), NULL, A(DSGU), A(L0_LN2), W(50432), 512, 128, 512); /* shared gate_proj, up_proj */
-  rt_zero_real(R(DWTS), 1024);
   rt_moe_combine_backward(A(DYP), R(DWTS), A(DX_B), A(L0_YP), R(L0_WTS), I(L0_POS), 512, 2, 128);
-  rt_zero(A(L0_YP), 131072); /* the gradient of the token copies, in YP's bytes */
+  /* the gradient of the token copies (written), in YP's bytes */
   rt_experts_backward(A(L0_YP), DWE(0), DWE(131072), DWE(262144), A(DYP), A(L0_XP), A(L0_EG), A(L0_EU), A(L0_EH), WE(0), WE(131072), WE(262144), I(L0_OFFSETS), 8, 4, SHARD_EXPERTS_ELEMS, 128, 256, A(EDH), A(EDG), A(EDU));
   rt_moe_gather_backward(A(DLN), A(L0_YP), I(L0_POS), 512, 2, 128);
-  rt_zero_real(RA(DLOGITS), 4096);
   rt_router_backward(RA(DLOGITS), R(DWTS), R(L0_LOGITS), I(L0_IDX), R(L0_WTS), 512, 8, 2, false);
   rt_aux_loss_backward(RA(DLOGITS), R(L0_LOGITS), I(L0_IDX), 512, 8, 2, 0.01, c->dloss, R(AUX));
   rt_router_logits_backward(A(DLN), DW(49408), RA(DLOGITS), A(L0_LN2), W(49408), 512, 128, 8); /* router */

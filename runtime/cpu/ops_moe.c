@@ -58,6 +58,7 @@ void rt_router_backward(real *dlogits, const real *dwts, const real *logits, con
     const int32_t *ix = idx + (size_t)n * K;
     real wdw = 0;
     for (int j = 0; j < K; j++) wdw += w[j] * dw[j];
+    memset(dlogits + (size_t)n * E, 0, sizeof(real) * (size_t)E); /* written: 0 where not selected */
     for (int j = 0; j < K; j++) {
       real g = w[j] * (dw[j] - wdw); /* = a_j dA_j */
       if (sig) g *= 1 - sigmoid(l[ix[j]]);
@@ -152,6 +153,7 @@ void rt_router_weights_backward(real *dlogits, const real *dwts, const real *log
     real *dl = dlogits + (size_t)n * E;
     real wdw = 0; /* Σ_j w_j dw_j = Σ_j u_j (s dw_j) */
     for (int j = 0; j < K; j++) wdw += w[j] * dw[j];
+    memset(dl, 0, sizeof(real) * (size_t)E); /* written: 0 where no gradient flows */
     if (norm) {
       for (int j = 0; j < K; j++) {
         real g = w[j] / scale * (scale * dw[j] - wdw);
@@ -350,7 +352,7 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
         if (dyp) dyp[row + c] = w * g[c];
         s += g[c] * yp[row + c];
       }
-      if (dwts) dwts[n * K + j] += s;
+      if (dwts) dwts[n * K + j] = s;
     }
 }
 
@@ -384,17 +386,16 @@ void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp,
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (!rows) continue;
     size_t ri = (size_t)r0 * F, rc = (size_t)r0 * C, we = expert_at(e, per, stride, (size_t)F * C);
-    memset(dh + ri, 0, sizeof(real) * (size_t)rows * F);
-    memset(du + ri, 0, sizeof(real) * (size_t)rows * F);
-    rt_matmul_backward(dh + ri, dwd ? dwd + we : NULL, NULL, dyp + rc, h + ri, wd + we, rows, F, C);
+    /* dh, then dg and du, are written; dxp's rows by their first writer (gate, else up) */
+    rt_matmul_backward_set(dh + ri, dwd ? dwd + we : NULL, NULL, dyp + rc, h + ri, wd + we, rows, F, C);
     if (wg) {
-      memset(dg + ri, 0, sizeof(real) * (size_t)rows * F);
       rt_swiglu_backward(dg + ri, du + ri, dh + ri, g + ri, u + ri, (int64_t)rows * F);
-      rt_matmul_backward(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
+      rt_matmul_backward_set(dxp ? dxp + rc : NULL, dwg ? dwg + we : NULL, NULL, dg + ri, xp + rc, wg + we, rows, C, F);
     } else {
       rt_gelu_backward(du + ri, dh + ri, u + ri, (int64_t)rows * F);
     }
-    rt_matmul_backward(dxp ? dxp + rc : NULL, dwu ? dwu + we : NULL, NULL, du + ri, xp + rc, wu + we, rows, C, F);
+    (wg ? rt_matmul_backward : rt_matmul_backward_set)(dxp ? dxp + rc : NULL, dwu ? dwu + we : NULL, NULL, du + ri,
+                                                       xp + rc, wu + we, rows, C, F);
   }
 }
 

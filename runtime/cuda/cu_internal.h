@@ -30,7 +30,7 @@ enum {
   K_EMBEDDING_FORWARD, K_EMBEDDING_BACKWARD, K_RMSNORM_FORWARD, K_RMSNORM_BACKWARD, K_ROPE,
   K_SWIGLU_FORWARD, K_SWIGLU_BACKWARD, K_GELU_FORWARD, K_GELU_BACKWARD, K_ACCUMULATE, K_FILL,
   K_RESIDUAL_ADD, K_ATTENTION_FORWARD, K_ATTENTION_BACKWARD_DQ, K_ATTENTION_BACKWARD_DKV, K_ADAMW,
-  K_CAST_BF16, K_SUM_SQUARES, K_CROSS_ENTROPY_CHUNK, K_CROSS_ENTROPY_FINISH,
+  K_CAST_BF16, K_SUM_SQUARES, K_CROSS_ENTROPY_CHUNK,
   K_CROSS_ENTROPY_BACKWARD, K_ROUTER_TOPK, K_ROUTER_BACKWARD, K_AUX_LOSS_STATS, K_AUX_LOSS_BACKWARD,
   K_MOE_GATHER, K_MOE_COMBINE, K_MOE_COMBINE_BACKWARD, K_MOE_GATHER_BACKWARD, K_FLASH_FORWARD,
   K_FLASH_BACKWARD_PREP, K_FLASH_BACKWARD_DQ, K_FLASH_BACKWARD_DKV,
@@ -83,6 +83,8 @@ typedef struct {
   void *moe, *moe_host;
   int *off_host;
   const int *cnt_of; /* moe_host's counts are those of this router choice array (NULL: none) */
+  const float *stats_of; /* moe's balancing statistics are those of these logits and stats_idx's choices */
+  const int *stats_idx;  /* (rt_aux_loss_forward's; rt_aux_loss_backward reads them: NULL none) */
   struct {
     const int *dev; /* NULL: a free slot */
     size_t n;

@@ -3,15 +3,18 @@
  * Nesterov momentum, Frobenius normalization, transpose when rows > cols, five quintic steps
  * (a, b, c) = (3.4445, −4.7750, 2.0315), scale 0.2·sqrt(max(rows, cols)), decoupled decay).
  *
- * Precision: bf16 operands with fp32 accumulation (cuBLAS CUDA_R_16BF A and B, CUBLAS_COMPUTE_32F),
- * on the tensor cores: the iterate X stays fp32 (a·X added in fp32, cast to bf16 once per
- * iteration), A = X Xᵀ and B = c A² + b A are bf16 results, as Muon's reference implementation
- * (Keller Jordan, modded-nanogpt) runs its whole iteration in bf16. TF32
- * (CUBLAS_COMPUTE_32F_FAST_TF32) would keep 10 mantissa bits instead of 7 but runs at half the
- * bf16 rate on Hopper (NVIDIA H100 datasheet: 494.7 vs 989.4 dense TFLOP/s), and the plan prices
- * Newton-Schulz at the bf16 rate (cost.c, dense_gemm x bf16_flops); fp32 operands ran on the FP32
- * cores, about 1/15 of it. The quintic's singular-value band holds (tests/cuda/test_kernels_optim.c).
- * Per iteration one cast, one copy and three GEMMs, as many operations as the fp32 iteration's. */
+ * Precision: bf16 operands with fp32 accumulation on the tensor cores, by cuBLAS's
+ * CUBLAS_COMPUTE_32F_FAST_16BF on fp32 matrices ("allows the library to use Tensor Cores with
+ * automatic down-conversion and bf16 compute for 32-bit input and output matrices", cuBLAS docs,
+ * cublasComputeType_t): X, A = X Xᵀ and B = c A² + b A are stored fp32 and rounded to bf16 only as
+ * they enter a product, so no cast kernel runs; the iterate keeps fp32 (a·X added in fp32).
+ * Muon's reference implementation (Keller Jordan, modded-nanogpt) runs its whole iteration in
+ * bf16. TF32 (CUBLAS_COMPUTE_32F_FAST_TF32) would keep 10 mantissa bits instead of 7 but runs at
+ * half the bf16 rate on Hopper (NVIDIA H100 datasheet: 494.7 vs 989.4 dense TFLOP/s), and the plan
+ * prices Newton-Schulz at the bf16 rate (cost.c, dense_gemm x bf16_flops); fp32 compute runs on
+ * the FP32 cores, about 1/15 of it. The quintic's singular-value band holds
+ * (tests/cuda/test_kernels_optim.c). Per iteration two device copies (cuBLAS's C may not alias
+ * an operand) and three GEMMs, no kernel. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,14 +27,13 @@ size_t rt_cu_newton_schulz_work(int batch, int rows, int cols) {
   return (size_t)batch * (2 * n + 2 * r * r + 1);
 }
 
-/* C = alpha op(A) B + beta C over a batch, A and B bf16, C of type ct (bf16 or fp32), fp32
- * accumulation (strides in elements). */
-static void gemm(cublasOperation_t ta, int m, int n, int k, float alpha, const void *A, int lda, long long sa,
-                 const void *B, int ldb, long long sb, float beta, void *C, cudaDataType_t ct, int ldc, long long sc,
-                 int batch) {
-  cu_blas_check(cublasGemmStridedBatchedEx(cu.blas, ta, CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16BF, lda, sa, B,
-                                           CUDA_R_16BF, ldb, sb, &beta, C, ct, ldc, sc, batch, CUBLAS_COMPUTE_32F,
-                                           CUBLAS_GEMM_DEFAULT),
+/* C = alpha op(A) B + beta C over a batch of fp32 matrices, bf16 products with fp32 accumulation
+ * (strides in elements). */
+static void gemm(cublasOperation_t ta, int m, int n, int k, float alpha, const float *A, int lda, long long sa,
+                 const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch) {
+  cu_blas_check(cublasGemmStridedBatchedEx(cu.blas, ta, CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_32F, lda, sa, B,
+                                           CUDA_R_32F, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
+                                           CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
                 "Newton-Schulz (cublasGemmStridedBatchedEx)");
   if (cu.sync_each) cu_check(cudaStreamSynchronize(cu.stream), "Newton-Schulz");
 }
@@ -40,24 +42,25 @@ void rt_cu_newton_schulz(float *out, const float *g, int batch, int rows, int co
   const float a = 3.4445f, b = -4.7750f, c = 2.0315f;
   int tr = rows > cols, r = tr ? cols : rows, k = tr ? rows : cols; /* X is (r, k) row-major, r <= k */
   long long n = (long long)rows * cols, rr = (long long)r * r;
-  /* fp32 X (batch n); bf16 Xb (batch n), A (batch rr), B (batch rr); the norms last:
-   * batch n + ceil(batch (n + 2 rr) / 2) + batch <= batch (2 n + 2 rr + 1) */
-  float *X = work;
-  uint16_t *Xb = (uint16_t *)(void *)(X + batch * n), *A = Xb + batch * n, *B = A + batch * rr;
-  float *inv = X + batch * n + (batch * (n + 2 * rr) + 1) / 2;
-  long ln = (long)n, nx = (long)(batch * n);
+  /* X and Y (batch n each: the iterate, ping-pong), A and B (batch rr each), the norms (batch):
+   * batch (2 n + 2 rr + 1), rt_cu_newton_schulz_work */
+  float *X = work, *Y = X + batch * n, *A = Y + batch * n, *B = A + batch * rr, *inv = B + batch * rr;
+  long ln = (long)n;
   cu_launch(K_NS_INV_NORM, (unsigned)batch, 256, (void *[]){&inv, &g, &ln});
   cu_launch3(K_NS_PREP, cu_blocks(n, 256), (unsigned)batch, 1, 256, (void *[]){&X, &g, &inv, &rows, &cols, &tr});
   /* cuBLAS is column-major: row-major X (r, k) is Xᵀ (k, r) with ld k to it; A and B are
-   * symmetric, so either reading of them is the same */
+   * symmetric, so either reading of them is the same. cuBLAS's C may not alias an operand, so
+   * a X + B X goes into the other buffer, Y, holding a copy of X (C, times beta a) */
   for (int it = 0; it < 5; it++) {
-    cu_launch(K_CAST_BF16, cu_blocks(nx, 256), 256, (void *[]){&Xb, &X, &nx}); /* Xb = bf16(X) */
-    gemm(CUBLAS_OP_T, r, r, k, 1, Xb, k, n, Xb, k, n, 0, A, CUDA_R_16BF, r, rr, batch); /* A = X Xᵀ */
-    cu_check(cudaMemcpyAsync(B, A, sizeof(uint16_t) * (size_t)(batch * rr), cudaMemcpyDeviceToDevice, cu.stream),
+    gemm(CUBLAS_OP_T, r, r, k, 1, X, k, n, X, k, n, 0, A, r, rr, batch); /* A = X Xᵀ */
+    cu_check(cudaMemcpyAsync(B, A, sizeof(float) * (size_t)(batch * rr), cudaMemcpyDeviceToDevice, cu.stream),
              "Newton-Schulz copy");
-    gemm(CUBLAS_OP_N, r, r, r, c, A, r, rr, A, r, rr, b, B, CUDA_R_16BF, r, rr, batch); /* B = c A² + b A */
-    /* X = a X + B X: Xᵀ = a Xᵀ + Xᵀ B */
-    gemm(CUBLAS_OP_N, k, r, r, 1, Xb, k, n, B, r, rr, a, X, CUDA_R_32F, k, n, batch);
+    gemm(CUBLAS_OP_N, r, r, r, c, A, r, rr, A, r, rr, b, B, r, rr, batch); /* B = c A² + b A */
+    cu_check(cudaMemcpyAsync(Y, X, sizeof(float) * (size_t)(batch * n), cudaMemcpyDeviceToDevice, cu.stream),
+             "Newton-Schulz copy");
+    gemm(CUBLAS_OP_N, k, r, r, 1, X, k, n, B, r, rr, a, Y, k, n, batch); /* Y = a X + B X: Yᵀ = a Xᵀ + Xᵀ B */
+    float *t = X;
+    X = Y, Y = t;
   }
   cu_launch3(K_NS_FINISH, cu_blocks(n, 256), (unsigned)batch, 1, 256, (void *[]){&out, &X, &rows, &cols, &tr, &scale});
 }
@@ -132,7 +135,7 @@ size_t rt_cu_muon_host_work(const RtTensor *t, int nt, const RtMuonShard *gs, in
  * place in N (its Nesterov gradients at shard indices) and applied to param. */
 static void local_batches(const RtMuonShard *q, const RtTensor *t, int nt, int64_t lo, float *N, float *ns,
                           size_t ns_elems, const RtMuon *h, RtMuonStats *st) {
-  int64_t hi = lo + q->S;
+  int64_t hi = lo + q->S, run = 0, rlen = 0; /* the updates of adjacent batches: one apply */
   for (int i = 0; i < nt; i++) {
     const RtTensor *T = &t[i];
     if (T->group != q->g || !T->muon) continue;
@@ -147,10 +150,13 @@ static void local_batches(const RtMuonShard *q, const RtTensor *t, int nt, int64
       while (k + b < ne && b < cap && rt_expert_at(T, k + b) == a + b * n && a + (b + 1) * n <= hi) b++;
       float *x = N + (a - lo);
       rt_cu_newton_schulz(x, x, b, rows, cols, muon_scale(rows, cols), ns);
-      apply(q->param + (a - lo), x, b * n, h);
+      if (rlen && a - lo != run + rlen) apply(q->param + run, N + run, rlen, h), rlen = 0;
+      if (!rlen) run = a - lo;
+      rlen += b * n;
       if (st) st->local += b;
     }
   }
+  if (rlen) apply(q->param + run, N + run, rlen, h);
 }
 
 void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const RtTensor *t, int nt,
@@ -170,10 +176,19 @@ void rt_cu_muon_groups(MPI_Comm comm, int ranks, RtMuonShard *gs, int ng, const 
   for (int i = 0; i < ng; i++) {
     RtMuonShard *q = &gs[i];
     int64_t lo = (int64_t)me * q->S, hi = lo + q->S;
+    int64_t run = 0, rlen = 0; /* adjacent Muon pieces in one launch (elementwise) */
     RT_FOR_PIECES(t, nt, q->g, lo, hi, {
       (void)first;
-      if (T->muon) momentum(q->mom + at, q->grad + at, N + at, len, grad_scale, mu);
+      if (!T->muon) continue;
+      if (rlen && at == run + rlen) {
+        rlen += len;
+        continue;
+      }
+      if (rlen) momentum(q->mom + run, q->grad + run, N + run, rlen, grad_scale, mu);
+      run = at;
+      rlen = len;
     })
+    if (rlen) momentum(q->mom + run, q->grad + run, N + run, rlen, grad_scale, mu);
     q->nest = hwork ? hwork + off : NULL; /* (none when no matrix of any group moves) */
     if (group_moves(t, nt, q->g, q->S)) { /* into pinned hwork: not waited for here */
       cu_check(cudaMemcpyAsync(q->nest, N, (size_t)q->S * sizeof(float), cudaMemcpyDeviceToHost, cu.stream),

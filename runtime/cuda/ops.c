@@ -19,7 +19,7 @@ static const char *const kernel_names[K_COUNT] = {
     "embedding_forward", "embedding_backward", "rmsnorm_forward", "rmsnorm_backward", "rope",
     "swiglu_forward", "swiglu_backward", "gelu_forward", "gelu_backward", "accumulate", "fill",
     "residual_add", "attention_forward", "attention_backward_dq", "attention_backward_dkv", "adamw",
-    "cast_bf16", "sum_squares", "cross_entropy_chunk", "cross_entropy_finish",
+    "cast_bf16", "sum_squares", "cross_entropy_chunk",
     "cross_entropy_backward", "router_topk", "router_backward", "aux_loss_stats", "aux_loss_backward",
     "moe_gather", "moe_combine", "moe_combine_backward", "moe_gather_backward", "flash_attention_forward",
     "flash_attention_backward_prep", "flash_attention_backward_dq", "flash_attention_backward_dkv",
@@ -771,16 +771,13 @@ static void logits_chunk(real *logits, const act *x, const act *w, int N, int C,
 
 real rt_lm_head_ce_forward(real *lse, const act *x, const act *w, const int32_t *targets, int N, int C, int V,
                            int chunk, real *scratch) {
-  float *sum = cu.ce, *tl = cu.ce + N, *loss = cu.ce + 2 * N, ninf = -INFINITY;
-  long ln = N;
-  cu_launch(K_FILL, cu_blocks(N, 256), 256, (void *[]){&lse, &ninf, &ln});
+  float *sum = cu.ce, *tl = cu.ce + N, *loss = cu.ce + 2 * N;
   cu_check(cudaMemsetAsync(cu.ce, 0, sizeof(float) * (2 * (size_t)N + 1), cu.stream), "cross-entropy");
-  for (int v0 = 0; v0 < V; v0 += chunk) {
+  for (int v0 = 0; v0 < V; v0 += chunk) { /* the first chunk starts lse and the sums, the last ends them */
     int cv = V - v0 < chunk ? V - v0 : chunk;
     logits_chunk(scratch, x, w + (size_t)v0 * C, N, C, cv);
-    cu_launch(K_CROSS_ENTROPY_CHUNK, (unsigned)N, 256, (void *[]){&lse, &sum, &tl, &scratch, &targets, &v0, &cv});
+    cu_launch(K_CROSS_ENTROPY_CHUNK, (unsigned)N, 256, (void *[]){&lse, &sum, &tl, &loss, &scratch, &targets, &v0, &cv});
   }
-  cu_launch(K_CROSS_ENTROPY_FINISH, cu_blocks(N, 256), 256, (void *[]){&lse, &loss, &sum, &tl});
   if (cu.defer) { /* read at the step's end (rt_cu_step_scalars) */
     cu_defer_loss(loss, N);
     return 0;

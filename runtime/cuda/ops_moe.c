@@ -22,7 +22,7 @@
 void rt_router_forward(int32_t *idx, real *wts, const real *logits, const act *bias, int N, int E, int K,
                        bool sigmoid) {
   int sg = sigmoid;
-  cu.cnt_of = NULL; /* idx changes */
+  cu.cnt_of = NULL, cu.stats_of = NULL; /* idx changes */
   cu_launch(K_ROUTER_TOPK, cu_blocks(N, 128), 128, (void *[]){&idx, &wts, &logits, &bias, &sg});
 }
 
@@ -36,7 +36,7 @@ void rt_router_group_forward(int32_t *idx, real *wts, const real *logits, const 
                              int n_group, int topk_group, bool sigmoid) {
   (void)E, (void)K;
   int sg = sigmoid;
-  cu.cnt_of = NULL;
+  cu.cnt_of = NULL, cu.stats_of = NULL;
   cu_launch(K_ROUTER_TOPK_GROUPED, cu_blocks(N, 128), 128,
             (void *[]){&idx, &wts, &logits, &bias, &n_group, &topk_group, &sg});
 }
@@ -71,8 +71,9 @@ void rt_sigmoid_gate_backward(act *dx, real *dlogit, const act *dy, const act *x
 
 /* stats (2E: mean softmax P, then assignment fraction f) into scratch, zeroed first */
 static void aux_stats(real *stats, const real *logits, const int32_t *idx, int N, int E) {
+  int *cnt = NULL;
   cu_check(cudaMemsetAsync(stats, 0, sizeof(float) * 2 * (size_t)E, cu.stream), "balancing loss");
-  cu_launch(K_AUX_LOSS_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &logits, &idx});
+  cu_launch(K_AUX_LOSS_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &cnt, &logits, &idx});
 }
 
 /* The assignments per expert of idx into cu.moe's counts (on the device). */
@@ -86,16 +87,23 @@ static void count(const int32_t *idx, int N, int E, int K) {
   cu_launch(K_MOE_COUNT, cu_blocks((long long)N * K, 256), 256, (void *[]){&c, &idx});
 }
 
+/* The statistics and the counts the permutation needs next, side by side in cu.moe (zeroed by one
+ * memset, filled by one aux_loss_stats pass): one copy down for both. scratch is not used: the
+ * backward reads the statistics in cu.moe while they are still these logits' (stats_of: step.c
+ * calls this in a recomputed forward too, just before the layer's backward), else computes them
+ * again. */
 real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, int K, real alpha, real *scratch) {
+  (void)scratch;
   size_t cnt, tab, eoff;
   cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
-  aux_stats(scratch, logits, idx, N, E);
-  /* the statistics next to the counts the permutation needs next: one copy down for both */
-  cu_check(cudaMemcpyAsync(cu.moe, scratch, sizeof(float) * 2 * (size_t)E, cudaMemcpyDeviceToDevice, cu.stream),
-           "balancing loss");
-  count(idx, N, E, K);
+  if (N != cu.cfg.tokens || K != cu.cfg.top_k || E != cu.cfg.experts)
+    rt_cuda_fail("balancing loss", "the routing's shape is not the one kernels.cu was compiled for");
+  float *stats = (float *)cu.moe;
+  int *c = (int *)((char *)cu.moe + cnt);
+  cu_check(cudaMemsetAsync(cu.moe, 0, cnt + sizeof(int) * (size_t)E, cu.stream), "balancing loss");
+  cu_launch(K_AUX_LOSS_STATS, cu_blocks(N, 128), 128, (void *[]){&stats, &c, &logits, &idx});
   cu_download(cu.moe_host, cu.moe, cnt + sizeof(int) * (size_t)E);
-  cu.cnt_of = idx;
+  cu.cnt_of = idx, cu.stats_of = logits, cu.stats_idx = idx;
   const float *st = cu.moe_host;
   double s = 0;
   for (int e = 0; e < E; e++) s += (double)st[e] * st[E + e];
@@ -104,9 +112,11 @@ real rt_aux_loss_forward(const real *logits, const int32_t *idx, int N, int E, i
 
 void rt_aux_loss_backward(real *dlogits, const real *logits, const int32_t *idx, int N, int E, int K, real alpha,
                           real dloss, real *scratch) {
-  aux_stats(scratch, logits, idx, N, E);
+  real *stats = scratch;
+  if (cu.stats_of == logits && cu.stats_idx == idx) stats = (real *)cu.moe; /* the forward's, still there */
+  else aux_stats(scratch, logits, idx, N, E);
   float coef = dloss * alpha * (float)E / (float)N;
-  cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &scratch, &coef});
+  cu_launch(K_AUX_LOSS_BACKWARD, cu_blocks(N, 128), 128, (void *[]){&dlogits, &logits, &stats, &coef});
 }
 
 /* Context parallelism (mtrt_ops.h): this rank's statistics at scratch + E, 2E values in aux_stats'
@@ -152,6 +162,7 @@ real rt_seq_aux_loss_forward(const real *logits, const int32_t *idx, int N, int 
   cu_moe_layout((size_t)cu.cfg.experts, &cnt, &tab, &eoff);
   int B = N / T;
   float a = alpha, *out = (float *)cu.moe;
+  cu.stats_of = NULL; /* (out is the statistics' slot) */
   seq_aux_stats(scratch, logits, idx, N, E, K, T, sigmoid);
   cu_launch(K_SEQ_AUX_LOSS_SUM, 1, 256, (void *[]){&out, &scratch, &B, &a});
   count(idx, N, E, K);
@@ -268,7 +279,7 @@ void rt_moe_combine_backward(act *dyp, real *dwts, const act *dy, const act *yp,
 
 /* ---- the experts' GEMMs: rows [off[e], off[e+1]) belong to expert e ----
  *   FWD: out rows (r, OC) = x rows (r, IC) · w_eᵀ         (w: E × (OC, IC))
- *   DX:  out rows (r, IC) += x rows (r, OC) · w_e         (x is the output gradient)
+ *   DX:  out rows (r, IC) = or += x rows (r, OC) · w_e    (x is the output gradient; beta 0 or 1)
  *   DW:  out_e (OC, IC)   += yᵀ rows (r, OC) · x rows (r, IC)
  * Column-major as cuBLAS sees row-major data, as in ops.c's rt_matmul_*. Expert e's matrix w_e
  * (and out_e) lies at (e / per) · stride + (e % per) · OC · IC elements: shards of per whole
@@ -375,9 +386,10 @@ static void grouped_call(const char *op, int kind, int slot, const ExpertGemm *x
 
 /* One projection's GEMMs over the experts of off (host) / dev_off (the same offsets on the device),
  * C in the activation type, the weight gradients (G_DW) too: fp32 accumulation added into it
- * (beta 1). */
+ * (beta 1). G_DX writes its rows (dx_beta 0: the first writer) or adds to them (1). */
 static void grouped(const char *op, int kind, int slot, void *out, const act *x, const act *y, const act *w,
-                    const int *off, const int *dev_off, int E, int per, int64_t stride, int IC, int OC) {
+                    const int *off, const int *dev_off, int E, int per, int64_t stride, int IC, int OC,
+                    float dx_beta) {
   enum { MAXG = 1024 };
   static ExpertGemm gm[MAXG];
   if (E > MAXG || E > cu.cfg.experts) rt_cuda_fail(op, "more experts than the grouped GEMM was sized for");
@@ -392,7 +404,7 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
       *q = (ExpertGemm){CUBLAS_OP_T, CUBLAS_OP_N, OC, rows, IC, IC, IC, OC, 0, w + we, x + (size_t)off[e] * IC,
                         (act *)out + (size_t)off[e] * OC};
     else if (kind == G_DX)
-      *q = (ExpertGemm){CUBLAS_OP_N, CUBLAS_OP_N, IC, rows, OC, IC, OC, IC, 1, w + we, x + (size_t)off[e] * OC,
+      *q = (ExpertGemm){CUBLAS_OP_N, CUBLAS_OP_N, IC, rows, OC, IC, OC, IC, dx_beta, w + we, x + (size_t)off[e] * OC,
                         (act *)out + (size_t)off[e] * IC};
     else
       *q = (ExpertGemm){CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, rows, IC, OC, IC, 1, x + (size_t)off[e] * IC,
@@ -411,14 +423,14 @@ static void grouped(const char *op, int kind, int slot, void *out, const act *x,
 void rt_experts_forward(act *yp, act *g, act *u, act *h, const act *xp, const act *wg, const act *wu, const act *wd,
                         const int *offsets, int E, int per, int64_t stride, int C, int F) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
-  grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, offsets, E, per, stride, C, F);
+  grouped("experts up_proj", G_FWD, 1, u, xp, NULL, wu, off, offsets, E, per, stride, C, F, 0);
   if (wg) {
-    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, offsets, E, per, stride, C, F);
+    grouped("experts gate_proj", G_FWD, 0, g, xp, NULL, wg, off, offsets, E, per, stride, C, F, 0);
     rt_swiglu_forward(h, g, u, (int64_t)off[E] * F);
   } else {
     rt_gelu_forward(h, u, (int64_t)off[E] * F); /* GELU experts (mtrt_ops.h) */
   }
-  grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, offsets, E, per, stride, F, C);
+  grouped("experts down_proj", G_FWD, 2, yp, h, NULL, wd, off, offsets, E, per, stride, F, C, 0);
 }
 
 void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp, const act *xp, const act *g,
@@ -426,16 +438,16 @@ void rt_experts_backward(act *dxp, act *dwg, act *dwu, act *dwd, const act *dyp,
                          int E, int per, int64_t stride, int C, int F, act *dh, act *dg, act *du) {
   const int *off = cu_offsets(offsets, (size_t)E + 1);
   size_t n = (size_t)off[E] * F;
-  rt_zero(dh, n), rt_zero(du, n);
-  if (wg) rt_zero(dg, n);
-  grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, offsets, E, per, stride, F, C);
-  if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, offsets, E, per, stride, F, C);
+  /* written, not zeroed first: dh by its GEMM (beta 0), dg and du by the activation's backward,
+   * dxp by its first GEMM (gate's, else up's) */
+  grouped("experts down_proj dx", G_DX, 0, dh, dyp, NULL, wd, off, offsets, E, per, stride, F, C, 0);
+  if (dwd) grouped("experts down_proj dw", G_DW, 1, dwd, h, dyp, NULL, off, offsets, E, per, stride, F, C, 0);
   if (wg) rt_swiglu_backward(dg, du, dh, g, u, (int64_t)n);
   else rt_gelu_backward(du, dh, u, (int64_t)n); /* GELU experts: no gate */
   if (dxp) {
-    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, offsets, E, per, stride, C, F);
-    grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, offsets, E, per, stride, C, F);
+    if (wg) grouped("experts gate_proj dx", G_DX, 2, dxp, dg, NULL, wg, off, offsets, E, per, stride, C, F, 0);
+    grouped("experts up_proj dx", G_DX, 3, dxp, du, NULL, wu, off, offsets, E, per, stride, C, F, wg ? 1 : 0);
   }
-  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, offsets, E, per, stride, C, F);
-  if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, offsets, E, per, stride, C, F);
+  if (wg && dwg) grouped("experts gate_proj dw", G_DW, 4, dwg, xp, dg, NULL, off, offsets, E, per, stride, C, F, 0);
+  if (dwu) grouped("experts up_proj dw", G_DW, 5, dwu, xp, du, NULL, off, offsets, E, per, stride, C, F, 0);
 }

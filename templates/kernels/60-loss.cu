@@ -2,10 +2,12 @@
 
 // Cross-entropy over one vocabulary chunk of `cols` logits (fp32, from cuBLAS; cols <=
 // VOCAB_CHUNK, less for a last partial chunk) starting at column `first`: an online log-sum-exp
-// per row merged into (mx, sum) across chunks (mx starts at -inf, sum at 0), and the target's
-// logit picked when it falls in the chunk. grid TOKENS.
-extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *target_logit, const float *logits,
-                                               const int *targets, int first, int cols) {
+// per row merged into (mx, sum) across chunks (the first chunk, first 0, starts them: no fill
+// before), and the target's logit picked when it falls in the chunk. The last chunk (first + cols
+// = VOCAB) then leaves lse = mx + log(sum) in mx and adds lse − target logit to *loss (zeroed
+// before): the summed cross-entropy (the host divides by TOKENS). grid TOKENS.
+extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *target_logit, float *loss,
+                                               const float *logits, const int *targets, int first, int cols) {
   __shared__ float shared[32];
   const float *l = logits + (size_t)blockIdx.x * cols;
   float m = NEG_INF;
@@ -20,22 +22,18 @@ extern "C" __global__ void cross_entropy_chunk(float *mx, float *sum, float *tar
   for (int i = threadIdx.x; i < cols; i += blockDim.x) s += __expf(l[i] - m);
   s = block_sum(s, shared);
   if (threadIdx.x == 0) {
-    float M = fmaxf(mx[blockIdx.x], m);
-    sum[blockIdx.x] = sum[blockIdx.x] * __expf(mx[blockIdx.x] - M) + s * __expf(m - M);
-    mx[blockIdx.x] = M;
+    float M = first ? fmaxf(mx[blockIdx.x], m) : m;
+    float S = first ? sum[blockIdx.x] * __expf(mx[blockIdx.x] - M) + s * __expf(m - M) : s;
     int t = targets[blockIdx.x] - first;
     if (t >= 0 && t < cols) target_logit[blockIdx.x] = l[t];
+    if (first + cols < VOCAB) {
+      sum[blockIdx.x] = S, mx[blockIdx.x] = M;
+    } else {
+      float lse = M + __logf(S);
+      mx[blockIdx.x] = lse;
+      atomicAdd(loss, lse - target_logit[blockIdx.x]);
+    }
   }
-}
-
-// After the last chunk: lse = mx + log(sum) per token (in place of mx) and *loss += Σ (lse −
-// target logit), the summed cross-entropy (the host divides by TOKENS). One thread per token.
-extern "C" __global__ void cross_entropy_finish(float *lse, float *loss, const float *sum, const float *target_logit) {
-  int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= TOKENS) return;
-  float l = lse[n] + __logf(sum[n]);
-  lse[n] = l;
-  atomicAdd(loss, l - target_logit[n]);
 }
 
 // dlogits (TOKENS, cols) = scale × (softmax − one-hot(target)) for the chunk at column `first`,

@@ -44,6 +44,7 @@ extern "C" __global__ void router_backward(float *dlogits, const float *dwts, co
   float wdw = 0;
 #pragma unroll
   for (int j = 0; j < TOP_K; j++) wdw += wts[n * TOP_K + j] * dwts[n * TOP_K + j];
+  for (int e = 0; e < EXPERTS; e++) dlogits[(size_t)n * EXPERTS + e] = 0.f; // written: 0 where not selected
 #pragma unroll
   for (int j = 0; j < TOP_K; j++) {
     int e = idx[n * TOP_K + j];
@@ -152,6 +153,7 @@ extern "C" __global__ void router_weights_backward(float *dlogits, const float *
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) wdw += w[k] * dw[k];
   if (norm || sigmoid) {
+    for (int e = 0; e < EXPERTS; e++) dl[e] = 0.f; // written: 0 where not selected
 #pragma unroll
     for (int k = 0; k < TOP_K; k++) {
       float a = 1.f / (1.f + __expf(-l[ix[k]]));
@@ -164,7 +166,7 @@ extern "C" __global__ void router_weights_backward(float *dlogits, const float *
   float m = NEG_INF, den = 0;
   for (int e = 0; e < EXPERTS; e++) m = fmaxf(m, l[e]);
   for (int e = 0; e < EXPERTS; e++) den += __expf(l[e] - m);
-  for (int e = 0; e < EXPERTS; e++) dl[e] -= __expf(l[e] - m) / den * wdw;
+  for (int e = 0; e < EXPERTS; e++) dl[e] = -__expf(l[e] - m) / den * wdw;
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) dl[ix[k]] += w[k] * dw[k];
 }
@@ -204,8 +206,10 @@ extern "C" __global__ void sigmoid_gate_backward(act *dx, float *dlogit, const a
 }
 
 // Switch-Transformer balancing loss (Fedus et al. 2021), α·E·Σ f_e P_e: stats (2 × EXPERTS,
-// zeroed before) += P (mean softmax over tokens) and f (fraction of assignments).
-extern "C" __global__ void aux_loss_stats(float *stats, const float *logits, const int *idx) {
+// zeroed before) += P (mean softmax over tokens) and f (fraction of assignments); with cnt (EXPERTS
+// ints, zeroed before) not NULL, moe_count's counts of the same assignments too (one pass for the
+// forward's statistics and the permutation's counts). One thread per token.
+extern "C" __global__ void aux_loss_stats(float *stats, int *cnt, const float *logits, const int *idx) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= TOKENS) return;
   const float *l = logits + (size_t)n * EXPERTS;
@@ -215,6 +219,9 @@ extern "C" __global__ void aux_loss_stats(float *stats, const float *logits, con
   for (int e = 0; e < EXPERTS; e++) atomicAdd(&stats[e], __expf(l[e] - m) / s / TOKENS);
 #pragma unroll
   for (int k = 0; k < TOP_K; k++) atomicAdd(&stats[EXPERTS + idx[n * TOP_K + k]], 1.f / (TOKENS * TOP_K));
+  // (an expert out of range is not counted: the host finds the counts' sum short and aborts)
+  for (int k = 0; k < TOP_K && cnt; k++)
+    if ((unsigned)idx[n * TOP_K + k] < (unsigned)EXPERTS) atomicAdd(&cnt[idx[n * TOP_K + k]], 1);
 }
 
 // dlogits += coef · p ⊙ (f − Σ p f) per token, coef = dloss · α · E / TOKENS.
@@ -281,7 +288,7 @@ extern "C" __global__ void moe_combine_backward(act *dyp, float *dwts, const act
       ((uint4 *)(dyp + r))[i] = o.u;
     }
     d = block_sum(d, shared);
-    if (threadIdx.x == 0) dwts[n * TOP_K + k] += d;
+    if (threadIdx.x == 0) dwts[n * TOP_K + k] = d;
   }
 }
 

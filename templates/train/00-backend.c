@@ -90,22 +90,45 @@ static void tokens_to_device(RtCtx *c) {
 #define GRAD_ALL_REDUCE rt_comm_all_reduce
 #endif
 
-/* Zeroes every group's gradient shard (a new step). On the cuda backend a kernel on the stream
- * (the state arena on the GPU, or in pinned host memory written over C2C): the host does not wait. */
+/* The groups from g on whose gradient shards lie one after another in the state arena (the
+ * layout places them so): their count, and their values in *len. One launch or call covers them. */
+static int grad_run(int g, size_t *len) {
+  int n = 1;
+  *len = (size_t)step_groups[g].shard;
+  while (g + n < N_GROUPS && step_groups[g + n].grad == step_groups[g].grad + (int64_t)*len)
+    *len += (size_t)step_groups[g + n++].shard;
+  return n;
+}
+
+/* Zeroes every group's gradient shard (a new step), a run of adjacent shards at a time. On the
+ * cuda backend a kernel on the stream (the state arena on the GPU, or in pinned host memory
+ * written over C2C): the host does not wait. */
 static void zero_grads(RtCtx *c) {
+  for (int g = 0, n; g < N_GROUPS; g += n) {
+    size_t len;
+    n = grad_run(g, &len);
 #ifdef MTC_BACKEND_CUDA
-  for (int g = 0; g < N_GROUPS; g++) rt_cu_zero_state(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_cu_zero_state(c->state + step_groups[g].grad, len);
 #else
-  for (int g = 0; g < N_GROUPS; g++) rt_zero_real(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    rt_zero_real(c->state + step_groups[g].grad, len);
 #endif
+  }
 }
 
 /* The all-gathers read each group's master shard cast to the activation type (RtGroup.param):
- * refreshed after every change of the master (initialization, resume, optimizer step). A group
- * with param -1 (the master in HBM) is cast by step.c before each of its gathers. */
+ * refreshed after every change of the master (initialization, resume, optimizer step), one cast
+ * per run of groups whose masters and casts both lie one after another. A group with param -1
+ * (the master in HBM) is cast by step.c before each of its gathers. */
 static void refresh_params(RtCtx *c) {
-  for (int g = 0; g < N_GROUPS; g++)
-    if (step_groups[g].param >= 0) rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, (size_t)step_groups[g].shard);
+  for (int g = 0, n; g < N_GROUPS; g += n) {
+    size_t len = (size_t)step_groups[g].shard;
+    for (n = 1; step_groups[g].param >= 0 && g + n < N_GROUPS &&
+                step_groups[g + n].param == step_groups[g].param + (int64_t)len &&
+                step_groups[g + n].master == step_groups[g].master + (int64_t)len;
+         n++)
+      len += (size_t)step_groups[g + n].shard;
+    if (step_groups[g].param >= 0) rt_cast_to_act(c->acts + step_groups[g].param, c->state + step_groups[g].master, len);
+  }
 }
 
 /* The gradient shards summed over the data-parallel replicas. NCCL reads device memory: a state

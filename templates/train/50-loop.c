@@ -128,14 +128,21 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
     if (PLAN_DP_REPLICATE > 1) grads_all_reduce(c);
     /* global gradient norm: the shards of one replica partition every parameter */
 #ifdef MTC_BACKEND_CUDA
-    /* the micro-batches' losses and every group's Σ g² in one copy down (one host wait) */
-    for (int g = 0; g < N_GROUPS; g++)
-      rt_cu_sum_squares_defer(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    /* the micro-batches' losses and Σ g² of every run of adjacent gradient shards in one copy
+     * down (one host wait) */
+    for (int g = 0, n; g < N_GROUPS; g += n) {
+      size_t len;
+      n = grad_run(g, &len);
+      rt_cu_sum_squares_defer(c->state + step_groups[g].grad, len);
+    }
     real sq = rt_cu_step_scalars(&loss);
 #else
     real sq = 0;
-    for (int g = 0; g < N_GROUPS; g++)
-      sq += (real)SUM_SQUARES(c->state + step_groups[g].grad, (size_t)step_groups[g].shard);
+    for (int g = 0, n; g < N_GROUPS; g += n) {
+      size_t len;
+      n = grad_run(g, &len);
+      sq += (real)SUM_SQUARES(c->state + step_groups[g].grad, len);
+    }
 #endif
     rt_comm_all_reduce(c->comm.fsdp_comm, &sq, 1);
     rt_comm_all_reduce(c->comm.replicate_comm, &sq, 1); /* a NaN on any replica reaches every rank */

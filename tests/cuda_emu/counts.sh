@@ -10,7 +10,9 @@
 #                FSDP 4 x EP 4 in one node, re-gathered every micro-batch, prefetch 1) shrunk to 2
 #                layers of hidden 192, 16 experts, 128 tokens, on 4 ranks
 # A tool, like memory.sh (minutes on 2 cores). WORK (default /tmp/cuda-emu-counts) keeps the
-# programs, logs and the counts (CASE.jsonl). Prints one JSON line per case and rank.
+# programs, logs and the counts (CASE.jsonl, with EMU_COUNTS_BY's "by": where each launch, cuBLAS
+# call and memset came from). Prints one JSON line per case and rank (without "by"); BY=1 adds,
+# after each, that rank's sums by kernel name and by memset and cuBLAS site, largest first.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -25,9 +27,20 @@ count() {
   local dir=$work/$name
   rm -rf "$dir" "$work/$name.jsonl"
   "$mtc" compile "$spec" -o "$dir" "$@" >"$work/$name.compile.log" 2>&1 || { echo "FAIL $name: compile"; fail=1; return; }
-  MTC_KERNEL_CACHE=$work/kernel-cache EMU_COUNTS=$work/$name.jsonl "$here/run.sh" -np "$np" "$dir" --data "$data" \
+  MTC_KERNEL_CACHE=$work/kernel-cache EMU_COUNTS=$work/$name.jsonl EMU_COUNTS_BY=1 "$here/run.sh" -np "$np" "$dir" --data "$data" \
     --steps 3 --seed 7 >"$work/$name.log" 2>&1 || { tail -20 "$work/$name.log"; echo "FAIL $name: run"; fail=1; return; }
-  grep '"step":2,' "$work/$name.jsonl" | sort | sed "s/^/$name /"
+  grep '"step":2,' "$work/$name.jsonl" | sort | while IFS= read -r line; do
+    echo "$name ${line%%,\"by\":*}}"
+    [ "${BY:-0}" = 1 ] && by "$line"
+  done
+}
+# The "by" sums of one line: kernels by name, memsets and cuBLAS calls by site.
+by() {
+  local b=${1#*\"by\":\{}
+  b=${b%\}\}}
+  tr ',' '\n' <<<"$b" | sed 's/^"//; s/":\([0-9]*\)$/\t\1/' | awk -F'\t' '
+    { key = $1; if (key ~ /^kernel /) sub(/ @ .*/, "", key); n[key] += $2 }
+    END { for (k in n) printf "  %6d  %s\n", n[k], k }' | sort -k1,1nr
 }
 europa=(--set model.layers=2 --set model.hidden=192 --set model.vocab=256 --set model.attention.heads=6
   --set model.attention.kv_heads=2 --set model.attention.head_dim=32 --set model.moe.experts=16

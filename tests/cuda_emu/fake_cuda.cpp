@@ -144,6 +144,12 @@ struct Counts {
 };
 static Counts counts;
 static bool counting = true;
+// EMU_COUNTS_BY=1: each line also holds "by", the step's kernel launches, cuBLAS calls and memsets
+// by kernel name or call site (count_by), to see where they go.
+static std::map<std::string, long> counts_by;
+extern "C" {
+static void count_by(const char *kind, const char *name); // (defined in an extern "C" block)
+}
 static void host_sync(const char *what) {
   host_syncs++;
   if (counting) counts.host_syncs++;
@@ -169,16 +175,30 @@ extern "C" void emu_counts_step(int rank, long step) {
   const char *path = getenv("EMU_COUNTS");
   Counts c = counts;
   counts = Counts{};
+  std::map<std::string, long> by;
+  by.swap(counts_by);
   if (!path || !*path || step < 1) return;
-  char line[768];
-  int n = snprintf(line, sizeof line,
-                   "{\"step\":%ld,\"rank\":%d,\"launches\":%ld,\"blas\":%ld,\"cudnn\":%ld,\"memsets\":%ld,"
-                   "\"copies\":%ld,\"pageable_copies\":%ld,\"host_syncs\":%ld,\"nccl\":%ld,\"bytes_h2d\":%zu,"
-                   "\"bytes_d2h\":%zu,\"bytes_d2d\":%zu,\"bytes_memset\":%zu}\n",
-                   step, rank, c.launches, c.blas, c.cudnn, c.memsets, c.copies, c.pageable_copies, c.host_syncs,
-                   c.nccl, c.bytes_h2d, c.bytes_d2h, c.bytes_d2d, c.bytes_memset);
+  char head[768];
+  snprintf(head, sizeof head,
+           "{\"step\":%ld,\"rank\":%d,\"launches\":%ld,\"blas\":%ld,\"cudnn\":%ld,\"memsets\":%ld,"
+           "\"copies\":%ld,\"pageable_copies\":%ld,\"host_syncs\":%ld,\"nccl\":%ld,\"bytes_h2d\":%zu,"
+           "\"bytes_d2h\":%zu,\"bytes_d2d\":%zu,\"bytes_memset\":%zu",
+           step, rank, c.launches, c.blas, c.cudnn, c.memsets, c.copies, c.pageable_copies, c.host_syncs, c.nccl,
+           c.bytes_h2d, c.bytes_d2h, c.bytes_d2d, c.bytes_memset);
+  std::string line = head;
+  if (!by.empty()) {
+    line += ",\"by\":{";
+    for (auto it = by.begin(); it != by.end(); ++it) {
+      std::string k;
+      for (char ch : it->first) k += ch == '"' || ch == '\\' ? '_' : ch;
+      line += (it == by.begin() ? "\"" : ",\"") + k + "\":" + std::to_string(it->second);
+    }
+    line += "}";
+  }
+  line += "}\n";
+  ssize_t n = (ssize_t)line.size();
   int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-  if (fd < 0 || write(fd, line, (size_t)n) != n || close(fd) != 0) {
+  if (fd < 0 || write(fd, line.data(), (size_t)n) != n || close(fd) != 0) {
     fprintf(stderr, "cuda-emu: ERROR: EMU_COUNTS=%s: cannot append: %s\n", path, strerror(errno));
     abort();
   }
@@ -620,6 +640,25 @@ static bool pageable_allowed(std::string *site) {
   return false;
 }
 
+// EMU_COUNTS_BY=1: counts one `kind` ("kernel", "blas", "memset") under `name` and the first three
+// frames outside this file ("FILE:FUNCTION", inlined ones included, innermost first), as counts_by's key.
+static void count_by(const char *kind, const char *name) {
+  static int on = env_int("EMU_COUNTS_BY", 0);
+  if (!on || !counting) return;
+  void *bt[10];
+  int n = backtrace(bt, 10), got = 0;
+  std::string key = std::string(kind) + " " + name;
+  for (int i = 1; i < n && got < 2; i++) {
+    const std::vector<std::string> &fr = frames_at(bt[i]);
+    bool ours = false;
+    for (const std::string &x : fr) ours |= x.rfind("fake_cuda.cpp:", 0) == 0;
+    if (ours || fr.empty()) continue;
+    for (size_t j = 0; j < fr.size() && got < 3; j++) /* (the runtime's launch helpers name no op) */
+      if (fr[j].find(":cu_launch") == std::string::npos) key += (got++ ? " < " : " @ ") + fr[j];
+  }
+  counts_by[key]++;
+}
+
 static cudaError_t memcpy_on(CUstream_st *st, void *dst, const void *src, size_t n, cudaMemcpyKind kind, bool async,
                              const char *what) {
   trace("%s(%p <- %p, %zu, kind %d)", what, dst, src, n, (int)kind);
@@ -662,6 +701,7 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
   trace("cudaMemset(%p, %d, %zu)", p, v, n);
   check_dev_range(p, n, "cudaMemset");
   if (counting) counts.memsets++, counts.bytes_memset += n;
+  count_by("memset", "cudaMemset");
   issue(&legacy, "cudaMemset", [=] { memset(p, v, n); });
   return cudaSuccess;
 }
@@ -669,6 +709,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   trace("cudaMemsetAsync(%p, %d, %zu)", p, v, n);
   check_dev_range(p, n, "cudaMemsetAsync");
   if (counting) counts.memsets++, counts.bytes_memset += n;
+  count_by("memset", "cudaMemsetAsync");
   issue(stream_of(s, "cudaMemsetAsync"), "cudaMemsetAsync", [=] { memset(p, v, n); });
   return cudaSuccess;
 }
@@ -961,6 +1002,7 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **arg
   }
   launches++;
   if (counting) counts.launches++;
+  count_by("kernel", k->name);
   EmuDim g = {grid.x, grid.y, grid.z}, b = {block.x, block.y, block.z};
   issue(st, k->name, [=] {
     void *a[EMU_MAX_PARAMS];
@@ -1164,6 +1206,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
   cublasStatus_t s = check_gemm(g, "cublasGemmEx");
   if (s != CUBLAS_STATUS_SUCCESS) return s;
   if (counting) counts.blas++;
+  count_by("blas", "cublasGemmEx");
   issue(stream_of(h->stream, "cublasGemmEx"), "cublasGemmEx", [=] { run_gemm(g); });
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -1213,6 +1256,7 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
   }
   trace("%s: %d groups, %d GEMMs, compute %d", what, group_count, total, compute);
   if (counting) counts.blas++;
+  count_by("blas", what);
   issue(stream_of(h->stream, what), what, [=]() mutable {
     for (int i = 0; i < total; i++) {
       gs[i].A = Aarray[i], gs[i].B = Barray[i], gs[i].C = Carray[i];
@@ -1251,6 +1295,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     gs.push_back(g);
   }
   if (counting) counts.blas++;
+  count_by("blas", what);
   issue(stream_of(h->stream, what), what, [=] {
     for (const Gemm &g : gs) run_gemm(g);
   });
