@@ -122,7 +122,7 @@ typedef struct {
   double u[NFACTORS];              /* the work at the full rate: seconds, rate included */
   long world, fsdp, ep;
   char backend[16]; /* what measured it: "cpu" or "cuda"; "" when the profile does not say */
-  char desc[200];
+  char desc[512]; /* model, backend, device (the GPU's name, or "cpu"), ranks, steps */
 } Profile;
 
 /* The link rate of a collective class over a group of g ranks, as cost.c prices it; 0 when the
@@ -208,10 +208,13 @@ static bool load_profile(Mem *m, Diag *d, const char *path, const Rates *r, Prof
     }
   }
   json_t *model = json_object_get(root, "model"), *backend = json_object_get(root, "backend"), *steps = json_object_get(root, "steps");
+  json_t *device = json_object_get(root, "device"); /* (absent in profiles of an mtc before it) */
   snprintf(p->backend, sizeof p->backend, "%s", json_is_string(backend) ? json_string_value(backend) : "");
-  snprintf(p->desc, sizeof p->desc, "%s, %s backend, %lld rank(s), %lld steps",
-           json_is_string(model) ? json_string_value(model) : "?",
-           json_is_string(backend) ? json_string_value(backend) : "?",
+  char shown[3][128]; /* the profile's text on one line of a comment or terminal: control bytes as \ooo */
+  out_text(shown[0], sizeof shown[0], json_is_string(model) ? json_string_value(model) : "?", false);
+  out_text(shown[1], sizeof shown[1], json_is_string(backend) ? json_string_value(backend) : "?", false);
+  out_text(shown[2], sizeof shown[2], json_is_string(device) ? json_string_value(device) : "not recorded", false);
+  snprintf(p->desc, sizeof p->desc, "%s, %s backend on %s, %lld rank(s), %lld steps", shown[0], shown[1], shown[2],
            json_is_integer(world) ? (long long)json_integer_value(world) : 0,
            json_is_integer(steps) ? (long long)json_integer_value(steps) : 0);
   ok = true;
@@ -434,6 +437,7 @@ int calibrate_run(const char *const *paths, int npaths, const char *preset, cons
   fputs(o, fp); /* a write error is out_close's: ferror */
   if (!out_close(&d, &of)) goto done;
   printf("wrote %s: preset %s calibrated from %d profile(s)\n", out, preset, npaths);
+  for (int i = 0; i < npaths; i++) printf("  profile %s: %s\n", paths[i], pr[i].desc);
   if (raised)
     printf("note: gpu.bf16_flops raised from %.4g to %.4g GFLOP/s: efficiency.%s measured faster than the preset's "
            "peak\n", peak / 1e9, peak * raise / 1e9, factors[fastest].key);

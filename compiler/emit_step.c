@@ -340,6 +340,8 @@ static void header(Em *e, const char *spec_base, const char *plan_hash) {
     b->cost.tokens_per_s_per_gpu);
   P(e, "#define PEAK_FLOPS_PER_GPU %.6e /* the MFU denominator: bf16 peak per GPU (plan.json "
        "cluster.peak_bf16_flops_per_gpu) */\n", s->cluster.gpu.bf16_flops);
+  P(e, "#define SPEC_GPU_NAME \"%s\" /* cluster.gpu.name: what that peak is of (\"cpu ...\": a core, the cpu "
+       "preset's rank) */\n", out_c_string(e->m, s->cluster.gpu.name ? s->cluster.gpu.name : ""));
   P(e, "#define SPEC_GPUS_PER_NODE %lld /* to say which mtc compile --set fits another launch */\n",
     (long long)s->cluster.gpus_per_node);
   P(e, "#define PLAN_HBM_BYTES %lld /* the plan's packed HBM arena per GPU (plan.json memory) */\n"

@@ -80,10 +80,21 @@ uint64_t rt_fnv1a(uint64_t h, const void *p, size_t n);
  * its manifest_fnv1a64 field. */
 uint64_t rt_ckpt_manifest_sum(const void *root);
 
+/* A run's id: 16 lowercase hex digits (64 random bits). A new run draws one; a resumed run keeps
+ * its checkpoint's (the manifest's run record holds it as "run_id ID", first), so every metrics
+ * line of one run, across resumes, carries the same id and two runs in one file can be told
+ * apart. */
+#define RT_RUN_ID_LEN 16
+/* Whether the n bytes at s are a run id (RT_RUN_ID_LEN lowercase hex digits). */
+bool rt_run_id_valid(const char *s, size_t n);
+/* The run id in a manifest's run record run ("run_id ID, ..."), into id; id unchanged when run
+ * is NULL or holds none (a checkpoint of an mtc before run ids). */
+void rt_ckpt_run_id(const char *run, char id[RT_RUN_ID_LEN + 1]);
+
 /* The items ("key value", separated by ", ") of run in which saved differs (or that saved lacks),
  * as "key: V1 in the checkpoint, V2 now; ..." in out (n bytes; empty when they agree): what a
- * resume says before it goes on with this run's settings. saved NULL (a checkpoint without
- * them): out says so and lists run. */
+ * resume says before it goes on with this run's settings; run_id (which run, not how) is not
+ * compared. saved NULL (a checkpoint without them): out says so and lists run. */
 void rt_ckpt_run_diff(char *out, size_t n, const char *saved, const char *run);
 
 /* The newest complete checkpoint under dir: returns its step (its directory is

@@ -77,6 +77,9 @@ void rt_cuda_teardown(void);
 size_t rt_cuda_scratch_bytes(const RtCudaConfig *cfg, size_t *host_bytes, size_t *pinned_bytes);
 /* One line: device, architecture, GEMM math, kernel cache, versions. */
 void rt_cuda_describe(char *buf, size_t n);
+/* The name of this rank's GPU (cudaGetDeviceProperties' name, e.g. "NVIDIA GH200 480GB"), or "?"
+ * when it cannot be read, into buf (n bytes): train --profile's "device". */
+void rt_cuda_device_name(char *buf, size_t n);
 /* Waits for the stream; an asynchronous error aborts the job naming `where`. */
 void rt_cuda_sync(const char *where);
 /* Prints "error: rank R: cuda: WHAT: MSG" and aborts the job (MPI_Abort when MPI is up). */

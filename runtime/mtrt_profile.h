@@ -66,6 +66,7 @@ void rt_prof_fence(void);
  * Returns 0, or -1 with err filled. Collective: every rank calls it. */
 typedef struct {
   const char *spec, *model, *backend;
+  const char *device; /* what ran it: the GPU's name (cudaGetDeviceProperties), or "cpu" */
   int world, fsdp, ep;
   long steps;
   double step_seconds, tokens_per_step, predicted_step_seconds;

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "mtrt_ckpt.h"
 #include "mtrt_comm.h"
 #include "mtrt_hier.h"
 #include "mtrt_optim.h"
@@ -265,10 +266,12 @@ int rt_ckpt_save(const char *dir, int64_t step, uint64_t seed, const RtComm *c, 
  * any failed (a corrupt or truncated shard is named in err). note (notelen bytes): which of this
  * run's settings (run) differ from the checkpoint's (rt_ckpt_run_diff), then which of the model's
  * keys (model_keys: conventions such as rope_theta, as the shapes are equal) differ from the
- * checkpoint's model_keys where it records them; empty when none does. */
+ * checkpoint's model_keys where it records them; empty when none does; run_id: set to the
+ * checkpoint's run id (unchanged when it records none). */
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *state, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, const char *model, const char *model_keys, const char *optimizer,
-                 const char *run, char *note, size_t notelen, char *err, size_t errlen);
+                 const char *run, char run_id[RT_RUN_ID_LEN + 1], char *note, size_t notelen, char *err,
+                 size_t errlen);
 
 /* The process's peak resident memory so far (VmHWM of /proc/self/status), bytes; -1 where
  * the kernel does not report it. */
@@ -278,29 +281,47 @@ int64_t rt_peak_rss_bytes(void);
 void rt_prefault(void *p, size_t bytes);
 /* Seconds from a monotonic clock. */
 double rt_now(void);
+/* Draws a new run id (mtrt_ckpt.h's RT_RUN_ID_LEN) into id: getrandom, or the clock and pid where
+ * the kernel has no entropy yet. */
+void rt_run_id_new(char id[RT_RUN_ID_LEN + 1]);
+/* The start-up check that the program is its directory's: DIR/plan.json, DIR being the directory
+ * above the executable's (DIR/build/train, DIR/build-cuda/train), hashes (FNV-1a 64 of its bytes,
+ * as mtc build's out_hash_file) to plan_hash (step.h's PLAN_HASH). 0 when it does, or when there
+ * is no plan.json there (a program copied away from its directory); -1 with err saying which
+ * plan each is and what to run (mtc build DIR for a stale program) otherwise. */
+int rt_program_plan_check(const char *plan_hash, char *err, size_t errlen);
+
 /* The figures of one optimizer step, as a metrics line reports them. */
 typedef struct {
   int64_t step;          /* 1-based (64-bit: training.steps allows 2^40) */
-  double loss, aux_loss, lr, grad_norm, tokens_per_s;
+  double loss, aux_loss, lr, grad_norm;
   int skipped;           /* the step was not finite: no update */
   double moe_load;       /* with expert parallelism: the busiest EP rank's rows over the mean in the
                             step's worst MoE layer pass; < 0 without (the key is left out) */
   int64_t moe_extra_rounds; /* the all-to-all rounds past the first (buffers of moe_imbalance x the mean) */
+  double time;             /* when the step ended: seconds since the Unix epoch (CLOCK_REALTIME) */
+  double step_seconds;     /* the step's wall time, from its first micro-batch to its update */
+  double tokens_per_second; /* the step's tokens (all ranks) over step_seconds */
+  const char *run;         /* the run id (RT_RUN_ID_LEN hex digits) */
 } RtStepMetrics;
 
 /* One metrics line as JSON in b (n bytes), '\n' included (non-finite numbers as null;
- * "skipped":true on a skipped step): {"step":1,"loss":5.54,...}. Returns its length, or -1 when
- * it does not fit. */
+ * "skipped":true on a skipped step): {"step":1,"loss":5.54,...}. The figures that are the same
+ * in two runs of one program come first, then the ones that are not ("time", "step_seconds",
+ * "tokens_per_second", "run"): a comparison of two runs cuts each line at ,"time". Returns its
+ * length, or -1 when it does not fit. */
 int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s);
 
 /* The metrics file of a run (rank 0's): path, its descriptor (opened O_APPEND) and its length;
  * replaced: the bytes of lines it was emptied of (an earlier run's, or on a resume a file that
- * did not end at the checkpoint's step); last_step: on such a resume, the step of the last
- * line it held (-1 when that line had none). */
+ * did not end at the checkpoint's step or whose last line is another run's); last_step: on such
+ * a resume, the step of the last line it held (-1 when that line had none); last_run: that
+ * line's run id when it was another run's (else ""). */
 typedef struct {
   const char *path;
   int fd;
   int64_t bytes, replaced, last_step;
+  char last_run[RT_RUN_ID_LEN + 1];
 } RtMetrics;
 
 /* Opens path for appending (created if missing): a regular file, or a character device such as
@@ -310,8 +331,11 @@ typedef struct {
  * lines are an earlier run's; m->replaced says how many bytes); a resumed run (from the
  * checkpoint of step resume_step) drops a cut last line (a killed run's) and the last lines
  * whose step is past it, up to the first that is not; when the line left last is not of step
- * resume_step, it empties the file (m->replaced, m->last_step). 0, or -1 with "PATH: why; expected ..." in err. */
-int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen);
+ * resume_step, or carries a run id other than run_id (another run's line, which a line of an
+ * older mtc without "run" is not taken to be), it empties the file (m->replaced, m->last_step,
+ * m->last_run). 0, or -1 with "PATH: why; expected ..." in err. */
+int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, const char *run_id, char *err,
+                    size_t errlen);
 /* Appends the line of s with one write(): it is in the file (the kernel's page cache) when this
  * returns 0. A failed or short write (disk full) removes what part of the line was written and
  * returns -1 with "PATH: No space left on device (writing step N); expected ..." in err. */

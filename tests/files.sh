@@ -19,8 +19,8 @@
 #             leaves no step directory, shard or .tmp file; a metrics write that fails exits 1
 #             at once; a FIFO as --data or --metrics is refused, not waited on; a new run empties
 #             an earlier run's metrics file, a resume one that stops short of its checkpoint's
-#             step (each saying so); a --metrics link to nothing is refused
-#             and nothing is created where it points
+#             step or at another run's line (each saying so); a --metrics link to nothing is
+#             refused and nothing is created where it points
 #   prune     --keep-checkpoints removes only complete checkpoints of mtc's (step-%08d, a real
 #             directory, a manifest): never through a link named step-N, nor a directory without
 #             a manifest, nor a name of another form, nor a file of the user's in one (warned);
@@ -43,7 +43,8 @@
 #             and a step-00000005 holding step 1's checkpoint are refused, nothing written
 #   cut       the data file emptied during a run: no SIGBUS; named, the state saved, exit 1, resumed
 #   messages  compile -o FILE refused as not a directory; the build hint shell-quoted; SIGINT saves
-#             and stops as SIGTERM does, and so does SIGHUP; a closed stdout pipe does not kill a
+#             and stops as SIGTERM does, and so does SIGHUP; one before the first step stops the run
+#             there, --checkpoint-dir and --metrics as they were; a closed stdout pipe does not kill a
 #             run; --metrics /proc/self/status refused at start-up; a run refused at start-up
 #             creates no --checkpoint-dir and leaves no lock; a second run on one --metrics file and
 #             a second compile into one -o directory at once are refused; -o -dash's build hint is
@@ -310,7 +311,7 @@ done
 # a resume under other settings than the checkpoint's (here another data file) says which differ
 head -c 100000 "$text" >small.txt && mkdir -p runnote && cp -r "$ck" runnote/
 out=$(timeout 60 t1/build/train --data small.txt --steps 2 --metrics rn.jsonl --checkpoint-dir runnote 2>&1); rc=$?
-[ $rc -eq 0 ] && grep -q '"run": "seq_len 64, global_batch' "$ck/manifest.json" &&
+[ $rc -eq 0 ] && grep -q '"run": "run_id [0-9a-f]\{16\}, seq_len 64, global_batch' "$ck/manifest.json" &&
   echo "$out" | grep -q "^note: this run's settings differ from the checkpoint's: data: raw-bytes $(wc -c <"$text") tokens in the checkpoint, raw-bytes 100000 tokens now$" ||
   die "a resume with another data file: exit $rc, $out"
 # a checkpoint of another model (its tensors the same) is refused by a resume, naming both models
@@ -335,7 +336,7 @@ done
 [ $fail -eq 0 ] && echo "ok: a 4-layer checkpoint is refused by 3- and 5-layer programs, naming the tensor"
 
 # ---- crash: metrics and checkpoints after a kill, a failed save, a failed metrics write
-strip() { sed 's/,"tokens_per_s".*//' "$1"; }
+strip() { sed 's/,"time".*//' "$1"; } # (time, step_seconds, tokens_per_second, run: not the same in two runs)
 t1/build/train --data "$text" --steps 4 --metrics straight.jsonl >/dev/null || die "straight run"
 (t1/build/train --data "$text" --steps 4 --metrics killed.jsonl --checkpoint-dir ckk --checkpoint-every 1 \
   --inject-kill-at-save 3; exit $?) >/dev/null 2>&1 && die "the kill did not happen"
@@ -356,6 +357,14 @@ out=$(timeout 60 t1/build/train --data "$text" --steps $((last + 1)) --metrics o
 [ $rc -eq 0 ] && echo "$out" | grep -q "note: --metrics other.jsonl ended at step 1, not at the checkpoint's step $last: .*emptied" &&
   [ "$(wc -l <other.jsonl)" -eq 1 ] && grep -q "^{\"step\":$((last + 1)),\"loss\":" other.jsonl ||
   die "a resume onto another run's metrics file: exit $rc, $out, $(cat other.jsonl)"
+# one that ends at the checkpoint's step, but of another run (its run id is not the checkpoint's): emptied,
+# naming both runs; the lines then carry the checkpoint's run id, which its manifest's run record holds
+run=$(sed -n 's/.*"run": "run_id \([0-9a-f]\{16\}\), .*/\1/p' "ckm/step-$(printf %08d $((last + 1)))/manifest.json")
+printf '{"step":%d,"loss":9,"time":1,"step_seconds":1,"tokens_per_second":1,"run":"0123456789abcdef"}\n' $((last + 1)) >other.jsonl
+out=$(timeout 60 t1/build/train --data "$text" --steps $((last + 2)) --metrics other.jsonl --checkpoint-dir ckm 2>&1); rc=$?
+[ $rc -eq 0 ] && [ -n "$run" ] && echo "$out" | grep -q "note: --metrics other.jsonl ended at step $((last + 1)) of run 0123456789abcdef, not of this run ($run, the checkpoint's): another run's lines; emptied" &&
+  [ "$(wc -l <other.jsonl)" -eq 1 ] && grep -q "^{\"step\":$((last + 2)),\"loss\":.*,\"run\":\"$run\"}$" other.jsonl ||
+  die "a resume onto another run's metrics file ending at the checkpoint's step: exit $rc, run '$run', $out, $(cat other.jsonl)"
 # a failing save (files over 20 MB refused; the shard is larger): exit 1, nothing of it stays
 cp -r ck ckf
 out=$( (trap '' XFSZ; ulimit -f 20000; timeout 60 t1/build/train --data "$text" --steps 2 --metrics f.jsonl \
@@ -486,6 +495,21 @@ kill -INT $pid; wait $pid; rc=$?
 out=$(t1/build/train --data "$text" --steps 2 --metrics /proc/self/status 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "error: --metrics /proc/self/status: a file of the kernel's proc file system" &&
   ! echo "$out" | grep -q "^step " || die "--metrics /proc/self/status: exit $rc, $out"
+# a stop signal before the first step (here pending when train starts: blocked by the launcher, which
+# train unblocks) stops the run there: exit 0, nothing trained, no --checkpoint-dir created, an existing
+# one and the metrics file as they were
+pending() { python3 -c 'import os, signal, sys
+s = getattr(signal, sys.argv[1]); signal.pthread_sigmask(signal.SIG_BLOCK, {s}); os.kill(os.getpid(), s)
+os.execv(sys.argv[2], sys.argv[2:])' "$@"; }
+cp straight.jsonl early.jsonl
+out=$(pending SIGINT t1/build/train --data "$text" --steps 4 --checkpoint-dir ckearly --metrics early.jsonl 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "^stopped on SIGINT before step 1: nothing trained; --checkpoint-dir ckearly is as it was" &&
+  ! echo "$out" | grep -q "^step" && [ ! -e ckearly ] && cmp -s straight.jsonl early.jsonl ||
+  die "SIGINT before step 1: exit $rc, $(ls -A ckearly 2>&1), $out"
+before=$(ls -lR ckm | md5sum)
+out=$(pending SIGTERM t1/build/train --data "$text" --steps 40 --checkpoint-dir ckm --metrics early.jsonl 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "^stopped on SIGTERM before step $((last + 3)): nothing trained; --checkpoint-dir ckm is as it was: run the same command again to resume" &&
+  [ "$(ls -lR ckm | md5sum)" = "$before" ] && cmp -s straight.jsonl early.jsonl || die "SIGTERM before a resumed run's first step: exit $rc, $out"
 # a run refused at start-up (its data missing) leaves no --checkpoint-dir and no lock behind
 out=$(t1/build/train --data no-such-data --steps 1 --checkpoint-dir refused-ck 2>&1); rc=$?
 [ $rc -eq 2 ] && [ ! -e refused-ck ] || die "a refused run created its --checkpoint-dir: exit $rc, $(ls -A refused-ck), $out"

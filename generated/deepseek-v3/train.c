@@ -5,6 +5,7 @@
  *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
  *         learning-rate schedule always spans the spec's training.steps)
  *         [--checkpoint-dir DIR [--checkpoint-every K] [--keep-checkpoints N]] [--max-skips K]
+ *         [--progress-every N] [--profile FILE]
  *         [--inject-nan FIRST:COUNT] [--inject-kill-at-save STEP]       (fault injection, for tests)
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
  *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
@@ -18,13 +19,18 @@
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
  * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
- * time limit), SIGTERM or SIGINT (Ctrl-C) stops the run at the end of the step, with a checkpoint saved.
+ * time limit), SIGTERM or SIGINT (Ctrl-C) stops the run at the end of the step, with a checkpoint saved;
+ * one before the first step stops it there, the checkpoint directory as it was. At start-up the
+ * program checks that the plan.json of its directory (DIR of DIR/build/train) is the plan it was
+ * compiled from (step.h's PLAN_HASH).
  *
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
  * gradients' global norm and clipping, AdamW on this rank's shards, and one line of metrics
- * (rank 0 prints it and appends it to the metrics file as JSON, written whole at once; a write
- * error stops the run with exit 1, and a resumed run first drops the lines past its checkpoint). */
+ * (rank 0 prints it with the step's time and MFU, and appends it to the metrics file as JSON with
+ * the time, step seconds, tokens per second and run id, written whole at once; a write error stops
+ * the run with exit 1, and a resumed run first drops the lines past its checkpoint). Every
+ * --progress-every steps and at the end, rank 0 prints the elapsed time and the ETA. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -33,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mtrt_ckpt.h"
@@ -268,22 +275,28 @@ static int print_memory(int argc) {
 typedef struct {
   const char *data, *metrics, *ckpt_dir, *profile;
   long steps, ckpt_every, max_skips, keep_ckpts; /* keep_ckpts: 0 keeps every checkpoint */
+  long progress_every;                           /* the elapsed/ETA line every this many steps */
   unsigned long long seed;
   int seed_given, grad_check;
   long nan_first, nan_count, kill_at_save; /* fault injection for tests: --inject-nan, --inject-kill-at-save */
 } Args;
 
+/* Every option of parse_args and main is here (tests/train/errors.sh checks both ways). */
 static const char usage_text[] =
     "usage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--checkpoint-dir DIR]\n"
-    "             [--checkpoint-every K] [--max-skips K] [--grad-check] [--profile FILE]\n"
+    "             [--checkpoint-every K] [--keep-checkpoints N] [--max-skips K] [--progress-every N]\n"
+    "             [--profile FILE] [--grad-check]\n"
+    "       train --memory | --check-kernels [--arch ARCH] | --help\n"
     "  --data PATH            raw text (one token per byte), an llm.c token shard, or a Megatron\n"
     "                         indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)\n"
     "  --steps N              stop after optimizer step N (default: the spec's training.steps,\n"
     "                         which the learning-rate schedule always spans)\n"
-    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl); a new run\n"
-    "                         empties the file, a resume first drops the lines past its\n"
-    "                         checkpoint's step (and empties a file that then does not end\n"
-    "                         at that step: another run's)\n"
+    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl): step, loss,\n"
+    "                         aux_loss, lr, grad_norm, [moe_load, moe_extra_rounds, skipped], time\n"
+    "                         (seconds since the epoch), step_seconds, tokens_per_second and run (the\n"
+    "                         run id, which a resume keeps); a new run empties the file, a resume\n"
+    "                         first drops the lines past its checkpoint's step (and empties a file\n"
+    "                         that then does not end at that step of this run: another run's)\n"
     "  --seed S               initialization and data order (default 1; a resume keeps the\n"
     "                         checkpoint's)\n"
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
@@ -291,15 +304,22 @@ static const char usage_text[] =
     "  --keep-checkpoints N   remove all but the newest N complete checkpoints after each save\n"
     "                         (default: keep all)\n"
     "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
-    "  --grad-check           gradients against finite differences (double build, one rank)\n"
+    "  --progress-every N     the elapsed time and ETA every N steps and at the end (default 10)\n"
     "  --profile FILE         measured seconds and FLOPs or bytes per op class and collective\n"
     "                         over the steps after the first, as JSON (mtc calibrate reads it)\n"
+    "  --grad-check           gradients against finite differences (double build, one rank)\n"
     "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
     "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
+    "  --memory               what this build allocates per GPU at start-up, as JSON\n"
+    "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n"
+    "  --check-kernels        cuda build: compile kernels.cu with NVRTC and exit (no GPU needed)\n"
+    "  --arch ARCH            with --check-kernels: the target (default sm_90a)\n"
+    "  --help, -h             this text\n"
     "  SIGUSR1, SIGTERM, SIGINT, SIGHUP  save a checkpoint at the end of the step (with DIR)\n"
-    "                         and stop; SIGPIPE is ignored (a closed stdout pipe stops nothing)\n"
-    "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
-    "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
+    "                         and stop; before the first step, stop with DIR as it was; SIGPIPE\n"
+    "                         is ignored (a closed stdout pipe stops nothing)\n"
+    "  Each step prints its loss, time, tokens/s and MFU (the plan's FLOPs per token over the\n"
+    "  peak of the spec's GPU; on the cpu backend only where the spec's ranks are cpu cores).\n";
 
 static int quiet; /* not rank 0 */
 
@@ -319,8 +339,9 @@ static int parse_args(Args *a, int argc, char **argv) {
                                        {"inject-nan", required_argument, 0, 'n'},
                                        {"inject-kill-at-save", required_argument, 0, 'K'},
                                        {"profile", required_argument, 0, 'P'},
+                                       {"progress-every", required_argument, 0, 'p'},
                                        {0, 0, 0, 0}};
-  *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5};
+  *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5, .progress_every = 10};
   int o;
   char *end;
   char msg[300];
@@ -353,14 +374,16 @@ static int parse_args(Args *a, int argc, char **argv) {
     case 'e':
     case 'k':
     case 'N':
+    case 'p':
     case 'K': {
       errno = 0;
       long v = strtol(optarg, &end, 10);
       const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : o == 'N' ? "--keep-checkpoints"
-                                                                                                 : "--inject-kill-at-save";
+                         : o == 'p' ? "--progress-every" : "--inject-kill-at-save";
       snprintf(msg, sizeof msg, "%s expects a positive integer, not '%s'", name, optarg);
       if (*end || !*optarg || v < 1 || errno == ERANGE || (o == 'N' && v > 1000000)) return usage(msg);
-      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts : &a->kill_at_save) = v;
+      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts
+        : o == 'p' ? &a->progress_every : &a->kill_at_save) = v;
       break;
     }
     case 'n':
@@ -607,7 +630,47 @@ typedef struct {
   real *muon_host;     /* the cuda Muon exchange's host scratch */
   int muon_list[N_GROUPS], muon_n; /* the dense Muon groups: one exchange for all of them */
   RtMuonShard muon_gs[N_GROUPS];
+  char run_id[RT_RUN_ID_LEN + 1]; /* this run's id (a resume takes its checkpoint's): manifests, metrics */
+  double t_start;                 /* rt_now() when main began: the elapsed time */
 } Run;
+
+/* The name of a stop signal, as the run's messages say it. */
+static const char *signal_name(int sig) {
+  return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+/* Seconds as h:mm:ss into b (n bytes; past 10^15 s as seconds); b. */
+static const char *hms(char *b, size_t n, double s) {
+  long long t = s > 0 && s < 1e15 ? (long long)(s + 0.5) : 0;
+  if (!(s < 1e15)) snprintf(b, n, "%.3g s", s);
+  else snprintf(b, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  return b;
+}
+
+/* Whether the per-step MFU means something: the cuda backend runs on the spec's GPU, whose peak
+ * PEAK_FLOPS_PER_GPU is; the cpu backend's ranks are cores, so only a spec whose "GPU" is a cpu
+ * rank (the cpu preset: gpu.name "cpu ...", its bf16_flops a core's peak) has a peak of the
+ * hardware that runs it. A core's share of a GH200's 989 TFLOP/s would read as 0.00%. */
+static int mfu_known(void) {
+#ifdef MTC_BACKEND_CUDA
+  return 1;
+#else
+  return strncmp(SPEC_GPU_NAME, "cpu", 3) == 0;
+#endif
+}
+
+/* The plan check at start-up (rt_program_plan_check), on every rank, said by world rank 0:
+ * 0, or 2 on every rank when any rank's plan.json is not this program's. */
+static int check_program(int world_rank) {
+  char err[2048];
+  int mine = rt_program_plan_check(PLAN_HASH, err, sizeof err) != 0, bad = mine;
+  if (mine && world_rank == 0) fprintf(stderr, "error: %s\n", err);
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (bad && !mine && world_rank == 0)
+    fprintf(stderr, "error: another rank's plan.json (beside its copy of this program) is not the plan this program "
+            "was compiled from (%s); expected the same program directory on every node\n", PLAN_HASH);
+  return bad ? 2 : 0;
+}
 
 /* A run refused at start-up (before its first step) leaves no trace in --checkpoint-dir: the lock
  * file and the directory go when this run made them. Rank 0; nothing on the other ranks. */
@@ -809,11 +872,13 @@ static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
 #endif
 }
 
-/* The run's settings besides the model that shape what is trained and in which order (the
- * checkpoint keeps them; a resume says which differ): "key value, ..." in out. */
+/* The run's id and its settings besides the model that shape what is trained and in which order
+ * (the checkpoint keeps them; a resume says which settings differ): "run_id ID, key value, ..." in
+ * out. */
 static void run_settings(const Run *r, char *out, size_t n) {
-  snprintf(out, n, "seq_len %d, global_batch %lld, lr %.9g, min_lr_ratio %.9g, warmup_steps %lld, training.steps %lld, "
-           "weight_decay %.9g, grad_clip %.9g, grad_reduce %s, state %d-byte, data %s %lld tokens", SEQ_LEN,
+  snprintf(out, n, "run_id %s, seq_len %d, global_batch %lld, lr %.9g, min_lr_ratio %.9g, warmup_steps %lld, "
+           "training.steps %lld, weight_decay %.9g, grad_clip %.9g, grad_reduce %s, state %d-byte, data %s %lld tokens",
+           r->run_id, SEQ_LEN,
            (long long)GLOBAL_BATCH, (double)LR, (double)MIN_LR_RATIO, (long long)WARMUP_STEPS, (long long)TRAIN_STEPS,
            (double)WEIGHT_DECAY, (double)GRAD_CLIP, GRAD_REDUCE_DTYPE, (int)sizeof(real),
            r->data.format == RT_DATA_LLMC ? "llm.c-shard" : r->data.format == RT_DATA_MEGATRON ? "megatron" : "raw-bytes",
@@ -848,10 +913,11 @@ static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
   char run[512], note[1024];
   run_settings(r, run, sizeof run);
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, MODEL_KEYS, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
+                   MODEL_NAME, MODEL_KEYS, OPTIMIZER, run, r->run_id, note, sizeof note, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }
+  MPI_Bcast(r->run_id, sizeof r->run_id, MPI_CHAR, 0, MPI_COMM_WORLD); /* the checkpoint's run goes on */
   if (r->rank0) {
     printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
     if (note[0]) /* a continuation, but not of the same run: said, not refused (a new learning rate is a choice) */
@@ -879,10 +945,18 @@ static void report_start(const Run *r) {
   if (r->rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
            "%s, gradients reduced in %s; arenas %.1f MiB (activations and workspace) + %.1f MiB (state) per "
-           "rank; data %s (%s, %lld tokens)\n",
+           "rank; data %s (%s, %lld tokens); run %s\n",
            MODEL_NAME, r->c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
-           rt_data_format_name(&r->data), (long long)r->data.ntokens);
+           rt_data_format_name(&r->data), (long long)r->data.ntokens, r->run_id);
+#ifndef MTC_BACKEND_CUDA
+  if (r->rank0 && !mfu_known())
+    printf("note: no MFU per step: these ranks are cpu cores standing in for the spec's %s, whose peak (%.4g TFLOP/s) "
+           "is not theirs\n", SPEC_GPU_NAME, PEAK_FLOPS_PER_GPU / 1e12);
+  else if (r->rank0)
+    printf("note: MFU is of the spec's %s peak per rank, %.4g GFLOP/s (its gpu.bf16_flops)\n", SPEC_GPU_NAME,
+           PEAK_FLOPS_PER_GPU / 1e9);
+#endif
   if (r->rank0 && HOST_ELEMS > 0 && OFFLOAD_IDS > 0)
     printf("host arena: %.1f MiB per rank (%d layer boundaries waiting for the backward%s; the plan's host tier: "
            "%.1f MiB)\n", (double)HOST_ELEMS * sizeof(act) / 1048576.0, OFFLOAD_IDS,
@@ -907,11 +981,15 @@ static void report_start(const Run *r) {
  * Returns 0, or 2 on every rank when rank 0 cannot open it. */
 static int open_metrics(Run *r) {
   char err[512];
-  int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, err, sizeof err) != 0;
+  int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, r->run_id, err, sizeof err) != 0;
   if (bad) fprintf(stderr, "error: --metrics %s\n", err);
   if (!bad && r->mf.replaced && r->resumed < 0)
     printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
            "run keeps the lines up to its checkpoint)\n", r->a.metrics, (long long)r->mf.replaced);
+  else if (!bad && r->mf.replaced && r->mf.last_run[0])
+    printf("note: --metrics %s ended at step %lld of run %s, not of this run (%s, the checkpoint's): another run's "
+           "lines; emptied, so that it reads as one run from step %lld\n", r->a.metrics, (long long)r->mf.last_step,
+           r->mf.last_run, r->run_id, (long long)r->resumed + 1);
   else if (!bad && r->mf.replaced)
     printf("note: --metrics %s ended at step %lld, not at the checkpoint's step %lld: its lines are another run's or "
            "miss steps; emptied, so that it reads as one run from step %lld\n", r->a.metrics,
@@ -1018,8 +1096,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   }
   if (sig && !stop) {
     if (r->rank0)
-      printf("stopped after step %ld on %s%s%s\n", step + 1,
-             sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM",
+      printf("stopped after step %ld on %s%s%s\n", step + 1, signal_name(sig),
              a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
              a->ckpt_dir ? a->ckpt_dir : "");
     return a->ckpt_dir ? 0 : 1;
@@ -1035,10 +1112,54 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   return -1;
 }
 
+/* Rank 0's line for step `step` (0-based; dt its seconds, tps its tokens per second over all
+ * ranks, skip: not finite): loss, aux, lr, grad norm, the step's time, tokens/s and, where the
+ * peak is the hardware's (mfu_known), MFU = FLOPS_PER_TOKEN x tokens/s per rank / the peak per
+ * GPU (plan.json's predicted.mfu's formula); with expert parallelism the MoE load. */
+static void print_step(const Run *r, long step, double mean, double aux_mean, float lr, double norm, double dt,
+                       double tps, double moe_load, long moe_rounds, int skip) {
+  char moe[64] = "", mfu[32] = "";
+  if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
+  if (mfu_known()) snprintf(mfu, sizeof mfu, " | MFU %.3g%%", 100 * tps / r->c.comm.world * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU);
+  printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.3f s | %.0f tokens/s (%.0f per rank)%s%s%s\n",
+         step + 1, r->a.steps, mean, aux_mean, lr, norm, dt, tps, tps / r->c.comm.world, mfu, moe,
+         skip ? " | SKIPPED: not finite" : "");
+}
+
+/* Rank 0's progress line after step `step` (0-based): the elapsed time since start-up began and
+ * the ETA of the steps left at the mean time of the steps timed (the first step a run takes
+ * holds the warm-up and counts only when it is the one measured: first_dt). */
+static void print_progress(const Run *r, long step, long timed, double seconds, double first_dt) {
+  char e[32], eta[32];
+  double per = timed ? seconds / timed : first_dt;
+  long left = r->a.steps - step - 1;
+  printf("progress: step %ld/%ld (%.0f%%), elapsed %s, ETA %s at %.3f s per step (mean of %s)\n", step + 1,
+         r->a.steps, 100.0 * (double)(step + 1) / (double)r->a.steps, hms(e, sizeof e, rt_now() - r->t_start),
+         hms(eta, sizeof eta, per * (double)left), per, timed ? "the steps after this run's first" : "this run's first step");
+  fflush(stdout);
+}
+
+/* Before the first step: a stop signal that came during start-up (any rank's) stops the run
+ * now, before the metrics file is opened, with --checkpoint-dir as it was (the lock, and the
+ * directory when this run made it, removed). Returns -1 to go on, else the exit status. */
+static int stopped_at_start(Run *r) {
+  int sig = stop_signal;
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (!sig) return -1;
+  if (r->rank0)
+    printf("stopped on %s before step %ld: nothing trained%s%s%s\n", signal_name(sig), r->start + 1,
+           r->a.ckpt_dir ? "; --checkpoint-dir " : "", r->a.ckpt_dir ? r->a.ckpt_dir : "",
+           !r->a.ckpt_dir ? "" : r->resumed >= 0 ? " is as it was: run the same command again to resume from it"
+                                                 : " is as it was: run the same command again to start there");
+  release_ckpt_dir(r);
+  return r->a.ckpt_dir ? 0 : 1;
+}
+
 /* The training loop from r->start to --steps: per step the micro-batches, the gradient norm and
  * clipping, the optimizer step, rank 0's metrics line, checkpoints. Returns the exit status;
- * timed, seconds, opt_seconds: the steps after the first, their time and their optimizer's. */
-static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds) {
+ * timed, seconds, opt_seconds: the steps after the first, their time and their optimizer's;
+ * last: the last step taken (1-based; r->start when none). */
+static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds, long *last) {
   RtCtx *c = &r->c;
   const Args *a = &r->a;
   char err[512];
@@ -1046,7 +1167,8 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
   RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
   long skips = 0, skipped = 0;
   int metrics_bad = 0, status = 0; /* metrics_bad: rank 0 could not write a metrics line */
-  *timed = 0, *seconds = 0, *opt_seconds = 0;
+  *timed = 0, *seconds = 0, *opt_seconds = 0, *last = r->start;
+  double first_dt = 0;
   if (a->profile) rt_prof_start();
   r->stepped = 1;
   for (long step = r->start; step < a->steps; step++) {
@@ -1108,15 +1230,20 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
     skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
     if (step > r->start) *seconds += dt, (*timed)++;
+    else first_dt = dt;
     if (step == r->start) rt_prof_reset(); /* the profile covers the timed steps */
+    *last = step + 1;
     if (r->rank0) {
-      char moe[64] = "";
-      if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
-      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s%s\n",
-             step + 1, a->steps, mean, aux_mean, lr, norm, tps, tps / c->comm.world, moe,
-             skip ? " | SKIPPED: not finite" : "");
+      print_step(r, step, mean, aux_mean, lr, norm, dt, tps, moe_load, moe_rounds, skip);
+      if ((step + 1 - r->start) % a->progress_every == 0 && step + 1 < a->steps)
+        print_progress(r, step, *timed, *seconds, first_dt);
       fflush(stdout);
-      RtStepMetrics sm = {step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1, moe_rounds};
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      RtStepMetrics sm = {.step = step + 1, .loss = mean, .aux_loss = aux_mean, .lr = lr, .grad_norm = norm,
+                          .skipped = skip, .moe_load = PLAN_EP > 1 ? moe_load : -1, .moe_extra_rounds = moe_rounds,
+                          .time = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec, .step_seconds = dt,
+                          .tokens_per_second = tps, .run = r->run_id};
       if (!metrics_bad && rt_metrics_write(&r->mf, &sm, err, sizeof err) != 0) {
         fprintf(stderr, "error: --metrics %s\n", err);
         metrics_bad = 1;
@@ -1133,10 +1260,15 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
   return status;
 }
 
-/* The end of a run: the --profile file, rank 0's throughput, MFU and optimizer lines over the
- * timed steps, the GPU's memory. Returns 0, or 1 when the profile cannot be written. */
-static int report_end(const Run *r, long timed, double seconds, double opt_seconds) {
+/* The end of a run: the --profile file, rank 0's elapsed line (last: the last step taken),
+ * throughput, MFU and optimizer lines over the timed steps, the GPU's memory. Returns 0, or 1
+ * when the profile cannot be written. */
+static int report_end(const Run *r, long timed, double seconds, double opt_seconds, long last) {
   int status = 0;
+  char e[32];
+  if (r->rank0 && last > r->start)
+    printf("elapsed: %s for steps %ld-%ld of %ld (start-up, steps, checkpoints)\n", hms(e, sizeof e, rt_now() - r->t_start),
+           r->start + 1, last, r->a.steps);
   if (r->a.profile && !timed) { /* the first step a run takes is not timed: nothing was measured */
     if (r->rank0)
       fprintf(stderr, "error: --profile %s not written: this run measured no step (its first step is not timed); "
@@ -1151,8 +1283,12 @@ static int report_end(const Run *r, long timed, double seconds, double opt_secon
 #else
     const char *backend = "cpu";
 #endif
-    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, r->c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
-                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU, OPT_ON_HOST};
+    char device[256] = "cpu"; /* the cpu backend's ranks are cores */
+#ifdef MTC_BACKEND_CUDA
+    rt_cuda_device_name(device, sizeof device);
+#endif
+    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, device, r->c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed,
+                    tokens, tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU, OPT_ON_HOST};
     if (rt_prof_write(r->a.profile, &pr, err, sizeof err) != 0) {
       if (r->rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", r->a.profile, err);
       status = 1;
@@ -1164,10 +1300,11 @@ static int report_end(const Run *r, long timed, double seconds, double opt_secon
     double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / r->c.comm.world;
     double mfu = tps * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
     double predicted_mfu = PREDICTED_TOKENS_PER_S_PER_GPU * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
-    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step), MFU %.2f%% of %.4g TFLOP/s; the plan "
-           "predicted %.0f per GPU of its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed,
-           100 * mfu, PEAK_FLOPS_PER_GPU / 1e12, (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu,
-           tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+    char measured[96] = ""; /* (not where the peak is not the hardware's: mfu_known) */
+    if (mfu_known()) snprintf(measured, sizeof measured, ", MFU %.2f%% of %.4g TFLOP/s", 100 * mfu, PEAK_FLOPS_PER_GPU / 1e12);
+    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step)%s; the plan predicted %.0f per GPU of "
+           "its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed, measured,
+           (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu, tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
     printf("optimizer: %.2f ms per step on rank 0 (%s, mean over %ld steps)\n", 1e3 * opt_seconds / timed, OPTIMIZER,
            timed);
   }
@@ -1188,11 +1325,12 @@ static int train(Run *r) {
   int status = r->a.ckpt_dir ? resume(r) : 0;
   if (status) return status < 0 ? 0 : status; /* -1: the checkpoint is already at --steps */
   report_start(r);
+  if ((status = stopped_at_start(r)) >= 0) return status;
   if (check_profile(r) != 0 || open_metrics(r) != 0) return 2;
-  long timed;
+  long timed, last;
   double seconds, opt_seconds;
-  status = train_loop(r, &timed, &seconds, &opt_seconds);
-  if (report_end(r, timed, seconds, opt_seconds) != 0) status = 1;
+  status = train_loop(r, &timed, &seconds, &opt_seconds, &last);
+  if (report_end(r, timed, seconds, opt_seconds, last) != 0) status = 1;
   char err[512];
   if (rt_metrics_close(&r->mf, err, sizeof err) != 0) {
     fprintf(stderr, "error: --metrics %s\n", err);
@@ -1235,17 +1373,24 @@ int main(int argc, char **argv) {
 #endif
   static Run run; /* zeroed */
   Run *r = &run;
-  r->mf.fd = -1, r->resumed = -1, r->lock_fd = -1;
-  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
-  int world_rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  r->mf.fd = -1, r->resumed = -1, r->lock_fd = -1, r->t_start = rt_now();
+  /* the stop signals recorded from the start, MPI_Init included: one during start-up stops the
+   * run before its first step (stopped_at_start), on every rank, not one rank killed mid-start */
   struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL); /* a closed terminal or session: save and stop, as for SIGTERM */
   signal(SIGPIPE, SIG_IGN);     /* stdout into a pipe that closed (| head): the run goes on, unprinted */
+  sigset_t stops; /* unblocked, should the launcher have blocked them: one pending arrives now */
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGUSR1), sigaddset(&stops, SIGTERM), sigaddset(&stops, SIGINT), sigaddset(&stops, SIGHUP);
+  sigprocmask(SIG_UNBLOCK, &stops, NULL);
+  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
+  int world_rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
   int status = parse_args(&r->a, argc, argv);
+  if (!status) status = check_program(world_rank); /* (the same answer on every rank) */
   if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {
     MPI_Finalize();
@@ -1253,6 +1398,8 @@ int main(int argc, char **argv) {
   }
   rt_comm_cp_init(&r->c.comm, PLAN_CP); /* context parallelism: the cp group of a sequence's ranks */
   r->rank0 = r->c.comm.rank == 0;
+  if (r->rank0) rt_run_id_new(r->run_id);
+  MPI_Bcast(r->run_id, sizeof r->run_id, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (r->a.ckpt_dir) status = check_ckpt_dir(r);
   char err[512];
   if (!status && rt_data_open(&r->data, r->a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {

@@ -253,6 +253,12 @@ void rt_cuda_describe(char *buf, size_t n) {
            cu.sync_each ? ", MTC_CUDA_SYNC" : "", v);
 }
 
+void rt_cuda_device_name(char *buf, size_t n) {
+  struct cudaDeviceProp p;
+  if (cudaGetDeviceProperties(&p, cu.device) != cudaSuccess) snprintf(p.name, sizeof p.name, "?");
+  snprintf(buf, n, "%s", p.name);
+}
+
 void rt_cuda_sync(const char *where) { rt_cu_host_wait(where); }
 
 void *rt_cuda_alloc(size_t bytes, char *err, size_t errlen) {

@@ -253,7 +253,10 @@ static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const 
                     OTHER_MODEL, k->model, model), -1;
   if (strcmp(k->optimizer, optimizer) != 0)
     return snprintf(err, errlen, "trained with %s, but this program uses %s; expected a checkpoint of the same "
-                    "optimizer (its state would be misread)", k->optimizer, optimizer), -1;
+                    "optimizer (its state would be misread): to go on with this run, compile the program with "
+                    "--set training.optimizer=%s; to train with %s, start a new run with another --checkpoint-dir "
+                    "(train does not start from a checkpoint's weights with a fresh optimizer state)",
+                    k->optimizer, optimizer, k->optimizer, optimizer), -1;
   const RtCkptTensor **idx = malloc(sizeof *idx * ((size_t)k->ntensors + 1));
   bool *used = calloc((size_t)k->ntensors + 1, sizeof *used);
   int st = !idx || !used ? snprintf(err, errlen, "out of memory"), -1 : 0;
@@ -290,7 +293,8 @@ static int compatible(const RtCkpt *k, const RtTensor *t, int nt, int ep, const 
 
 int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *c, real *arena, const RtGroup *g,
                  int ng, const RtTensor *t, int nt, const char *model, const char *model_keys, const char *optimizer,
-                 const char *run, char *note, size_t notelen, char *err, size_t errlen) {
+                 const char *run, char run_id[RT_RUN_ID_LEN + 1], char *note, size_t notelen, char *err,
+                 size_t errlen) {
   RtCkpt k;
   /* (the tensors name their groups; ng sizes the second moments' running offsets) */
   int bad = rt_ckpt_open(&k, path, err, errlen) != 0;
@@ -335,7 +339,7 @@ int rt_ckpt_load(const char *path, int64_t *step, uint64_t *seed, const RtComm *
   }
   free(buf), free(vat);
   if (!bad) *step = k.step, *seed = k.seed;
-  if (!bad) rt_ckpt_run_diff(note, notelen, k.run, run);
+  if (!bad) rt_ckpt_run_diff(note, notelen, k.run, run), rt_ckpt_run_id(k.run, run_id);
   size_t at = strlen(note); /* the model's conventions (shapes are equal here): a change is said, not refused */
   if (!bad && k.model_keys && strcmp(k.model_keys, model_keys) != 0 && at + 16 < notelen) {
     snprintf(note + at, notelen - at, "%s", at ? "; " : "");

@@ -441,6 +441,21 @@ static int opened(RtCkpt *k, const char *man, char *err, size_t errlen) {
 }
 
 /* The value of key in a run string ("key value, ..."): its length in *len, or NULL. */
+static const char *run_value(const char *run, const char *key, size_t klen, size_t *len);
+
+bool rt_run_id_valid(const char *s, size_t n) {
+  if (n != RT_RUN_ID_LEN) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+  return true;
+}
+
+void rt_ckpt_run_id(const char *run, char id[RT_RUN_ID_LEN + 1]) {
+  size_t n = 0;
+  const char *v = run ? run_value(run, "run_id", 6, &n) : NULL;
+  if (v && rt_run_id_valid(v, n)) memcpy(id, v, n), id[n] = 0;
+}
+
 static const char *run_value(const char *run, const char *key, size_t klen, size_t *len) {
   for (const char *p = run; p && *p;) {
     const char *end = strstr(p, ", ");
@@ -461,6 +476,10 @@ void rt_ckpt_run_diff(char *out, size_t n, const char *saved, const char *run) {
   for (const char *p = run; p && *p && at < n;) {
     const char *end = strstr(p, ", "), *sp = strchr(p, ' ');
     size_t len = end ? (size_t)(end - p) : strlen(p), klen = sp && sp < p + len ? (size_t)(sp - p) : len, vlen = 0;
+    if (klen == 6 && strncmp(p, "run_id", 6) == 0) { /* which run, not how it trains: a resume keeps the checkpoint's */
+      p = end ? end + 2 : NULL;
+      continue;
+    }
     const char *mine = p + klen + (klen < len), *theirs = saved ? run_value(saved, p, klen, &vlen) : NULL;
     size_t mlen = len - (size_t)(mine - p);
     if (!theirs || vlen != mlen || strncmp(theirs, mine, mlen) != 0) {

@@ -1,8 +1,9 @@
 /* metrics.c — the metrics file of a training run (see mtrt_train.h): one JSON line per step,
  * each formatted whole and written with one write() on an O_APPEND descriptor, so a killed run
  * leaves whole lines (at most one cut last line, which the next open drops); a resumed run drops
- * the lines past its checkpoint's step first (and empties a file that does not reach that step),
- * a new run empties the file. No MPI: rank 0 calls these. */
+ * the lines past its checkpoint's step first (and empties a file that does not end at that step
+ * of its run: the last line's "run" is another run id), a new run empties the file. No MPI: rank
+ * 0 calls these. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -41,9 +42,21 @@ static int line_step(int fd, off_t at, int64_t *step) {
   return 0;
 }
 
+/* The run id of the line at offset at that ends before end ("run":"<id>"), into id; "" when it
+ * has none (a line of an mtc before run ids). */
+static void line_run(int fd, off_t at, off_t end, char id[RT_RUN_ID_LEN + 1]) {
+  char buf[1024] = {0};
+  size_t n = end - at < (off_t)sizeof buf ? (size_t)(end - at) : sizeof buf - 1;
+  id[0] = 0;
+  if (pread(fd, buf, n, at) != (ssize_t)n) return;
+  buf[n] = 0;
+  const char *p = strstr(buf, ",\"run\":\"");
+  if (p && rt_run_id_valid(p + 8, strcspn(p + 8, "\""))) memcpy(id, p + 8, RT_RUN_ID_LEN), id[RT_RUN_ID_LEN] = 0;
+}
+
 /* Drops a cut last line, and with resume_step >= 0 the last lines whose step is past it (up to
- * the first line that is not: earlier runs in the same file stay). Sets m->bytes. */
-static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
+ * the first line that is not). Sets m->bytes. */
+static int trim(RtMetrics *m, int64_t resume_step, const char *run_id, char *err, size_t errlen) {
   struct stat st;
   if (fstat(m->fd, &st) != 0) return snprintf(err, errlen, "%s: %s", m->path, strerror(errno)), -1;
   m->bytes = st.st_size;
@@ -74,10 +87,14 @@ static int trim(RtMetrics *m, int64_t resume_step, char *err, size_t errlen) {
    * that another run wrote metrics.jsonl in needs no --metrics */
   int64_t last = -1;
   off_t at = keep > 0 ? line_start(m->fd, keep - 1) : 0;
-  if (keep > 0 && (at < 0 || line_step(m->fd, at, &last) != 0 || last != resume_step)) {
+  char run[RT_RUN_ID_LEN + 1] = "";
+  if (keep > 0 && at >= 0) line_run(m->fd, at, keep, run); /* a line of this run's, or another's */
+  int other = run[0] && run_id && strcmp(run, run_id) != 0;
+  if (keep > 0 && (at < 0 || line_step(m->fd, at, &last) != 0 || last != resume_step || other)) {
     if (ftruncate(m->fd, 0) != 0)
       return snprintf(err, errlen, "%s: cannot empty it: %s", m->path, strerror(errno)), -1;
     m->replaced = keep, m->last_step = last, m->bytes = 0;
+    if (other) memcpy(m->last_run, run, sizeof run);
     return 0;
   }
   if (keep < st.st_size && ftruncate(m->fd, keep) != 0)
@@ -103,7 +120,8 @@ static const char *pseudo_fs(const char *path) {
   return NULL;
 }
 
-int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *err, size_t errlen) {
+int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, const char *run_id, char *err,
+                    size_t errlen) {
   *m = (RtMetrics){.fd = -1, .path = path, .last_step = -1};
   struct stat st, lst; /* a FIFO would block the open (and a reader would get cut lines) */
   int flags = O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC;
@@ -135,7 +153,7 @@ int rt_metrics_open(RtMetrics *m, const char *path, int64_t resume_step, char *e
                     "own --metrics PATH)", path, e == EWOULDBLOCK ? "in use by another training run (it holds the "
                     "file locked)" : strerror(e)), -1;
   }
-  if (trim(m, resume_step, err, errlen) != 0) {
+  if (trim(m, resume_step, run_id, err, errlen) != 0) {
     close(m->fd);
     m->fd = -1;
     return -1;
@@ -162,12 +180,16 @@ int rt_metrics_line(char *b, size_t n, const RtStepMetrics *s) {
   ADD(num(b + k, n - k, "aux_loss", s->aux_loss, "%.6g"));
   ADD(num(b + k, n - k, "lr", s->lr, "%.6g"));
   ADD(num(b + k, n - k, "grad_norm", s->grad_norm, "%.6g"));
-  ADD(num(b + k, n - k, "tokens_per_s", s->tokens_per_s, "%.1f"));
   if (s->moe_load >= 0) {
     ADD(num(b + k, n - k, "moe_load", s->moe_load, "%.4f"));
     ADD(snprintf(b + k, n - k, ",\"moe_extra_rounds\":%lld", (long long)s->moe_extra_rounds));
   }
-  ADD(snprintf(b + k, n - k, s->skipped ? ",\"skipped\":true}\n" : "}\n"));
+  if (s->skipped) ADD(snprintf(b + k, n - k, ",\"skipped\":true"));
+  /* what differs between two runs of one program, last (mtrt_train.h) */
+  ADD(num(b + k, n - k, "time", s->time, "%.3f"));
+  ADD(num(b + k, n - k, "step_seconds", s->step_seconds, "%.6g"));
+  ADD(num(b + k, n - k, "tokens_per_second", s->tokens_per_second, "%.1f"));
+  ADD(snprintf(b + k, n - k, ",\"run\":\"%s\"}\n", s->run && rt_run_id_valid(s->run, strlen(s->run)) ? s->run : ""));
 #undef ADD
   return (int)k;
 }

@@ -85,6 +85,7 @@ int rt_prof_write(const char *path, const RtProfRun *run, char *err, int errlen)
   json_object_set_new(root, "spec", json_string(run->spec ? run->spec : ""));
   json_object_set_new(root, "model", json_string(run->model ? run->model : ""));
   json_object_set_new(root, "backend", json_string(run->backend ? run->backend : ""));
+  json_object_set_new(root, "device", json_string(run->device ? run->device : ""));
   json_object_set_new(root, "world", json_integer(run->world));
   json_object_set_new(root, "fsdp", json_integer(run->fsdp));
   json_object_set_new(root, "ep", json_integer(run->ep));

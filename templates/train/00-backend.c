@@ -5,6 +5,7 @@
  *   train --data PATH [--steps N] [--metrics PATH] [--seed S]     (N: stop after step N; the
  *         learning-rate schedule always spans the spec's training.steps)
  *         [--checkpoint-dir DIR [--checkpoint-every K] [--keep-checkpoints N]] [--max-skips K]
+ *         [--progress-every N] [--profile FILE]
  *         [--inject-nan FIRST:COUNT] [--inject-kill-at-save STEP]       (fault injection, for tests)
  *   train --data PATH --grad-check          (one rank, built with -DMTC_REAL=double)
  *   train --check-kernels [--arch sm_90a]   (cuda build: compile kernels.cu with NVRTC, exit)
@@ -18,13 +19,18 @@
  * every K steps and at the end; --steps counts from the start of training. A step whose loss
  * or gradient norm is not finite is skipped (no update); K consecutive skips (default 5) save
  * the last good state and stop. SIGUSR1 (what launch.sbatch has Slurm send before the job's
- * time limit), SIGTERM or SIGINT (Ctrl-C) stops the run at the end of the step, with a checkpoint saved.
+ * time limit), SIGTERM or SIGINT (Ctrl-C) stops the run at the end of the step, with a checkpoint saved;
+ * one before the first step stops it there, the checkpoint directory as it was. At start-up the
+ * program checks that the plan.json of its directory (DIR of DIR/build/train) is the plan it was
+ * compiled from (step.h's PLAN_HASH).
  *
  * It runs the plan in step.h: two arenas allocated at start-up, parameters initialized shard by
  * shard, then per optimizer step ACCUM micro-batches of forward and backward (step.c), the
  * gradients' global norm and clipping, AdamW on this rank's shards, and one line of metrics
- * (rank 0 prints it and appends it to the metrics file as JSON, written whole at once; a write
- * error stops the run with exit 1, and a resumed run first drops the lines past its checkpoint). */
+ * (rank 0 prints it with the step's time and MFU, and appends it to the metrics file as JSON with
+ * the time, step seconds, tokens per second and run id, written whole at once; a write error stops
+ * the run with exit 1, and a resumed run first drops the lines past its checkpoint). Every
+ * --progress-every steps and at the end, rank 0 prints the elapsed time and the ETA. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -33,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mtrt_ckpt.h"

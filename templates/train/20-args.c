@@ -3,22 +3,28 @@
 typedef struct {
   const char *data, *metrics, *ckpt_dir, *profile;
   long steps, ckpt_every, max_skips, keep_ckpts; /* keep_ckpts: 0 keeps every checkpoint */
+  long progress_every;                           /* the elapsed/ETA line every this many steps */
   unsigned long long seed;
   int seed_given, grad_check;
   long nan_first, nan_count, kill_at_save; /* fault injection for tests: --inject-nan, --inject-kill-at-save */
 } Args;
 
+/* Every option of parse_args and main is here (tests/train/errors.sh checks both ways). */
 static const char usage_text[] =
     "usage: train --data PATH [--steps N] [--metrics PATH] [--seed S] [--checkpoint-dir DIR]\n"
-    "             [--checkpoint-every K] [--max-skips K] [--grad-check] [--profile FILE]\n"
+    "             [--checkpoint-every K] [--keep-checkpoints N] [--max-skips K] [--progress-every N]\n"
+    "             [--profile FILE] [--grad-check]\n"
+    "       train --memory | --check-kernels [--arch ARCH] | --help\n"
     "  --data PATH            raw text (one token per byte), an llm.c token shard, or a Megatron\n"
     "                         indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)\n"
     "  --steps N              stop after optimizer step N (default: the spec's training.steps,\n"
     "                         which the learning-rate schedule always spans)\n"
-    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl); a new run\n"
-    "                         empties the file, a resume first drops the lines past its\n"
-    "                         checkpoint's step (and empties a file that then does not end\n"
-    "                         at that step: another run's)\n"
+    "  --metrics PATH         JSON lines appended per step (default metrics.jsonl): step, loss,\n"
+    "                         aux_loss, lr, grad_norm, [moe_load, moe_extra_rounds, skipped], time\n"
+    "                         (seconds since the epoch), step_seconds, tokens_per_second and run (the\n"
+    "                         run id, which a resume keeps); a new run empties the file, a resume\n"
+    "                         first drops the lines past its checkpoint's step (and empties a file\n"
+    "                         that then does not end at that step of this run: another run's)\n"
     "  --seed S               initialization and data order (default 1; a resume keeps the\n"
     "                         checkpoint's)\n"
     "  --checkpoint-dir DIR   resume from the newest complete checkpoint there; save at the end\n"
@@ -26,15 +32,22 @@ static const char usage_text[] =
     "  --keep-checkpoints N   remove all but the newest N complete checkpoints after each save\n"
     "                         (default: keep all)\n"
     "  --max-skips K          stop after K consecutive non-finite steps (default 5)\n"
-    "  --grad-check           gradients against finite differences (double build, one rank)\n"
+    "  --progress-every N     the elapsed time and ETA every N steps and at the end (default 10)\n"
     "  --profile FILE         measured seconds and FLOPs or bytes per op class and collective\n"
     "                         over the steps after the first, as JSON (mtc calibrate reads it)\n"
+    "  --grad-check           gradients against finite differences (double build, one rank)\n"
     "  --inject-nan FIRST:COUNT      for tests: steps FIRST.. FIRST+COUNT-1 get a NaN gradient\n"
     "  --inject-kill-at-save STEP    for tests: SIGKILL itself in the save of STEP, before its manifest\n"
+    "  --memory               what this build allocates per GPU at start-up, as JSON\n"
+    "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n"
+    "  --check-kernels        cuda build: compile kernels.cu with NVRTC and exit (no GPU needed)\n"
+    "  --arch ARCH            with --check-kernels: the target (default sm_90a)\n"
+    "  --help, -h             this text\n"
     "  SIGUSR1, SIGTERM, SIGINT, SIGHUP  save a checkpoint at the end of the step (with DIR)\n"
-    "                         and stop; SIGPIPE is ignored (a closed stdout pipe stops nothing)\n"
-    "       train --memory    what this build allocates per GPU at start-up, as JSON\n"
-    "                         {\"hbm\": B, \"host\": B, \"host_pinned\": B}; no GPU or mpirun needed\n";
+    "                         and stop; before the first step, stop with DIR as it was; SIGPIPE\n"
+    "                         is ignored (a closed stdout pipe stops nothing)\n"
+    "  Each step prints its loss, time, tokens/s and MFU (the plan's FLOPs per token over the\n"
+    "  peak of the spec's GPU; on the cpu backend only where the spec's ranks are cpu cores).\n";
 
 static int quiet; /* not rank 0 */
 
@@ -54,8 +67,9 @@ static int parse_args(Args *a, int argc, char **argv) {
                                        {"inject-nan", required_argument, 0, 'n'},
                                        {"inject-kill-at-save", required_argument, 0, 'K'},
                                        {"profile", required_argument, 0, 'P'},
+                                       {"progress-every", required_argument, 0, 'p'},
                                        {0, 0, 0, 0}};
-  *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5};
+  *a = (Args){.metrics = "metrics.jsonl", .steps = TRAIN_STEPS, .seed = 1, .max_skips = 5, .progress_every = 10};
   int o;
   char *end;
   char msg[300];
@@ -88,14 +102,16 @@ static int parse_args(Args *a, int argc, char **argv) {
     case 'e':
     case 'k':
     case 'N':
+    case 'p':
     case 'K': {
       errno = 0;
       long v = strtol(optarg, &end, 10);
       const char *name = o == 'e' ? "--checkpoint-every" : o == 'k' ? "--max-skips" : o == 'N' ? "--keep-checkpoints"
-                                                                                                 : "--inject-kill-at-save";
+                         : o == 'p' ? "--progress-every" : "--inject-kill-at-save";
       snprintf(msg, sizeof msg, "%s expects a positive integer, not '%s'", name, optarg);
       if (*end || !*optarg || v < 1 || errno == ERANGE || (o == 'N' && v > 1000000)) return usage(msg);
-      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts : &a->kill_at_save) = v;
+      *(o == 'e' ? &a->ckpt_every : o == 'k' ? &a->max_skips : o == 'N' ? &a->keep_ckpts
+        : o == 'p' ? &a->progress_every : &a->kill_at_save) = v;
       break;
     }
     case 'n':

@@ -16,7 +16,47 @@ typedef struct {
   real *muon_host;     /* the cuda Muon exchange's host scratch */
   int muon_list[N_GROUPS], muon_n; /* the dense Muon groups: one exchange for all of them */
   RtMuonShard muon_gs[N_GROUPS];
+  char run_id[RT_RUN_ID_LEN + 1]; /* this run's id (a resume takes its checkpoint's): manifests, metrics */
+  double t_start;                 /* rt_now() when main began: the elapsed time */
 } Run;
+
+/* The name of a stop signal, as the run's messages say it. */
+static const char *signal_name(int sig) {
+  return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
+
+/* Seconds as h:mm:ss into b (n bytes; past 10^15 s as seconds); b. */
+static const char *hms(char *b, size_t n, double s) {
+  long long t = s > 0 && s < 1e15 ? (long long)(s + 0.5) : 0;
+  if (!(s < 1e15)) snprintf(b, n, "%.3g s", s);
+  else snprintf(b, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+  return b;
+}
+
+/* Whether the per-step MFU means something: the cuda backend runs on the spec's GPU, whose peak
+ * PEAK_FLOPS_PER_GPU is; the cpu backend's ranks are cores, so only a spec whose "GPU" is a cpu
+ * rank (the cpu preset: gpu.name "cpu ...", its bf16_flops a core's peak) has a peak of the
+ * hardware that runs it. A core's share of a GH200's 989 TFLOP/s would read as 0.00%. */
+static int mfu_known(void) {
+#ifdef MTC_BACKEND_CUDA
+  return 1;
+#else
+  return strncmp(SPEC_GPU_NAME, "cpu", 3) == 0;
+#endif
+}
+
+/* The plan check at start-up (rt_program_plan_check), on every rank, said by world rank 0:
+ * 0, or 2 on every rank when any rank's plan.json is not this program's. */
+static int check_program(int world_rank) {
+  char err[2048];
+  int mine = rt_program_plan_check(PLAN_HASH, err, sizeof err) != 0, bad = mine;
+  if (mine && world_rank == 0) fprintf(stderr, "error: %s\n", err);
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (bad && !mine && world_rank == 0)
+    fprintf(stderr, "error: another rank's plan.json (beside its copy of this program) is not the plan this program "
+            "was compiled from (%s); expected the same program directory on every node\n", PLAN_HASH);
+  return bad ? 2 : 0;
+}
 
 /* A run refused at start-up (before its first step) leaves no trace in --checkpoint-dir: the lock
  * file and the directory go when this run made them. Rank 0; nothing on the other ranks. */
@@ -218,11 +258,13 @@ static void report_memory(const Run *r, int64_t rss0, int64_t rss1) {
 #endif
 }
 
-/* The run's settings besides the model that shape what is trained and in which order (the
- * checkpoint keeps them; a resume says which differ): "key value, ..." in out. */
+/* The run's id and its settings besides the model that shape what is trained and in which order
+ * (the checkpoint keeps them; a resume says which settings differ): "run_id ID, key value, ..." in
+ * out. */
 static void run_settings(const Run *r, char *out, size_t n) {
-  snprintf(out, n, "seq_len %d, global_batch %lld, lr %.9g, min_lr_ratio %.9g, warmup_steps %lld, training.steps %lld, "
-           "weight_decay %.9g, grad_clip %.9g, grad_reduce %s, state %d-byte, data %s %lld tokens", SEQ_LEN,
+  snprintf(out, n, "run_id %s, seq_len %d, global_batch %lld, lr %.9g, min_lr_ratio %.9g, warmup_steps %lld, "
+           "training.steps %lld, weight_decay %.9g, grad_clip %.9g, grad_reduce %s, state %d-byte, data %s %lld tokens",
+           r->run_id, SEQ_LEN,
            (long long)GLOBAL_BATCH, (double)LR, (double)MIN_LR_RATIO, (long long)WARMUP_STEPS, (long long)TRAIN_STEPS,
            (double)WEIGHT_DECAY, (double)GRAD_CLIP, GRAD_REDUCE_DTYPE, (int)sizeof(real),
            r->data.format == RT_DATA_LLMC ? "llm.c-shard" : r->data.format == RT_DATA_MEGATRON ? "megatron" : "raw-bytes",
@@ -257,10 +299,11 @@ static int resume_from(Run *r, const char *path, char *err, size_t errlen) {
   char run[512], note[1024];
   run_settings(r, run, sizeof run);
   if (rt_ckpt_load(path, &at, &seed, &r->c.comm, HOST(&r->c), step_groups, N_GROUPS, step_tensors, N_TENSORS,
-                   MODEL_NAME, MODEL_KEYS, OPTIMIZER, run, note, sizeof note, err, errlen) != 0) {
+                   MODEL_NAME, MODEL_KEYS, OPTIMIZER, run, r->run_id, note, sizeof note, err, errlen) != 0) {
     if (r->rank0) fprintf(stderr, "error: resuming from %s: %s\n", path, err);
     return 2;
   }
+  MPI_Bcast(r->run_id, sizeof r->run_id, MPI_CHAR, 0, MPI_COMM_WORLD); /* the checkpoint's run goes on */
   if (r->rank0) {
     printf("resumed from %s (step %lld, seed %llu)\n", path, (long long)at, (unsigned long long)seed);
     if (note[0]) /* a continuation, but not of the same run: said, not refused (a new learning rate is a choice) */
@@ -288,10 +331,18 @@ static void report_start(const Run *r) {
   if (r->rank0)
     printf("%s: %d rank(s) = %d x fsdp %d, ep %d, activation checkpointing %s; %d micro-batch(es) of %d x %d tokens per rank; "
            "%s, gradients reduced in %s; arenas %.1f MiB (activations and workspace) + %.1f MiB (state) per "
-           "rank; data %s (%s, %lld tokens)\n",
+           "rank; data %s (%s, %lld tokens); run %s\n",
            MODEL_NAME, r->c.comm.world, PLAN_DP_REPLICATE, PLAN_FSDP, PLAN_EP, CHECKPOINT_POLICY, ACCUM, MICRO_BATCH,
            SEQ_LEN, OPTIMIZER, GRAD_REDUCE_DTYPE, (double)ACT_ELEMS * sizeof(act) / 1048576.0, (double)STATE_ELEMS * sizeof(real) / 1048576.0, a->data,
-           rt_data_format_name(&r->data), (long long)r->data.ntokens);
+           rt_data_format_name(&r->data), (long long)r->data.ntokens, r->run_id);
+#ifndef MTC_BACKEND_CUDA
+  if (r->rank0 && !mfu_known())
+    printf("note: no MFU per step: these ranks are cpu cores standing in for the spec's %s, whose peak (%.4g TFLOP/s) "
+           "is not theirs\n", SPEC_GPU_NAME, PEAK_FLOPS_PER_GPU / 1e12);
+  else if (r->rank0)
+    printf("note: MFU is of the spec's %s peak per rank, %.4g GFLOP/s (its gpu.bf16_flops)\n", SPEC_GPU_NAME,
+           PEAK_FLOPS_PER_GPU / 1e9);
+#endif
   if (r->rank0 && HOST_ELEMS > 0 && OFFLOAD_IDS > 0)
     printf("host arena: %.1f MiB per rank (%d layer boundaries waiting for the backward%s; the plan's host tier: "
            "%.1f MiB)\n", (double)HOST_ELEMS * sizeof(act) / 1048576.0, OFFLOAD_IDS,
@@ -316,11 +367,15 @@ static void report_start(const Run *r) {
  * Returns 0, or 2 on every rank when rank 0 cannot open it. */
 static int open_metrics(Run *r) {
   char err[512];
-  int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, err, sizeof err) != 0;
+  int bad = r->rank0 && rt_metrics_open(&r->mf, r->a.metrics, r->resumed, r->run_id, err, sizeof err) != 0;
   if (bad) fprintf(stderr, "error: --metrics %s\n", err);
   if (!bad && r->mf.replaced && r->resumed < 0)
     printf("note: --metrics %s held %lld bytes of an earlier run; emptied, as this run starts at step 0 (a resumed "
            "run keeps the lines up to its checkpoint)\n", r->a.metrics, (long long)r->mf.replaced);
+  else if (!bad && r->mf.replaced && r->mf.last_run[0])
+    printf("note: --metrics %s ended at step %lld of run %s, not of this run (%s, the checkpoint's): another run's "
+           "lines; emptied, so that it reads as one run from step %lld\n", r->a.metrics, (long long)r->mf.last_step,
+           r->mf.last_run, r->run_id, (long long)r->resumed + 1);
   else if (!bad && r->mf.replaced)
     printf("note: --metrics %s ended at step %lld, not at the checkpoint's step %lld: its lines are another run's or "
            "miss steps; emptied, so that it reads as one run from step %lld\n", r->a.metrics,

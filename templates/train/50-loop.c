@@ -86,8 +86,7 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   }
   if (sig && !stop) {
     if (r->rank0)
-      printf("stopped after step %ld on %s%s%s\n", step + 1,
-             sig == SIGUSR1 ? "SIGUSR1" : sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM",
+      printf("stopped after step %ld on %s%s%s\n", step + 1, signal_name(sig),
              a->ckpt_dir ? "; run the same command again to resume from " : " with nothing saved (no --checkpoint-dir)",
              a->ckpt_dir ? a->ckpt_dir : "");
     return a->ckpt_dir ? 0 : 1;
@@ -103,10 +102,54 @@ static int after_step(Run *r, long step, int skip, long skips, int metrics_bad) 
   return -1;
 }
 
+/* Rank 0's line for step `step` (0-based; dt its seconds, tps its tokens per second over all
+ * ranks, skip: not finite): loss, aux, lr, grad norm, the step's time, tokens/s and, where the
+ * peak is the hardware's (mfu_known), MFU = FLOPS_PER_TOKEN x tokens/s per rank / the peak per
+ * GPU (plan.json's predicted.mfu's formula); with expert parallelism the MoE load. */
+static void print_step(const Run *r, long step, double mean, double aux_mean, float lr, double norm, double dt,
+                       double tps, double moe_load, long moe_rounds, int skip) {
+  char moe[64] = "", mfu[32] = "";
+  if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
+  if (mfu_known()) snprintf(mfu, sizeof mfu, " | MFU %.3g%%", 100 * tps / r->c.comm.world * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU);
+  printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.3f s | %.0f tokens/s (%.0f per rank)%s%s%s\n",
+         step + 1, r->a.steps, mean, aux_mean, lr, norm, dt, tps, tps / r->c.comm.world, mfu, moe,
+         skip ? " | SKIPPED: not finite" : "");
+}
+
+/* Rank 0's progress line after step `step` (0-based): the elapsed time since start-up began and
+ * the ETA of the steps left at the mean time of the steps timed (the first step a run takes
+ * holds the warm-up and counts only when it is the one measured: first_dt). */
+static void print_progress(const Run *r, long step, long timed, double seconds, double first_dt) {
+  char e[32], eta[32];
+  double per = timed ? seconds / timed : first_dt;
+  long left = r->a.steps - step - 1;
+  printf("progress: step %ld/%ld (%.0f%%), elapsed %s, ETA %s at %.3f s per step (mean of %s)\n", step + 1,
+         r->a.steps, 100.0 * (double)(step + 1) / (double)r->a.steps, hms(e, sizeof e, rt_now() - r->t_start),
+         hms(eta, sizeof eta, per * (double)left), per, timed ? "the steps after this run's first" : "this run's first step");
+  fflush(stdout);
+}
+
+/* Before the first step: a stop signal that came during start-up (any rank's) stops the run
+ * now, before the metrics file is opened, with --checkpoint-dir as it was (the lock, and the
+ * directory when this run made it, removed). Returns -1 to go on, else the exit status. */
+static int stopped_at_start(Run *r) {
+  int sig = stop_signal;
+  RT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (!sig) return -1;
+  if (r->rank0)
+    printf("stopped on %s before step %ld: nothing trained%s%s%s\n", signal_name(sig), r->start + 1,
+           r->a.ckpt_dir ? "; --checkpoint-dir " : "", r->a.ckpt_dir ? r->a.ckpt_dir : "",
+           !r->a.ckpt_dir ? "" : r->resumed >= 0 ? " is as it was: run the same command again to resume from it"
+                                                 : " is as it was: run the same command again to start there");
+  release_ckpt_dir(r);
+  return r->a.ckpt_dir ? 0 : 1;
+}
+
 /* The training loop from r->start to --steps: per step the micro-batches, the gradient norm and
  * clipping, the optimizer step, rank 0's metrics line, checkpoints. Returns the exit status;
- * timed, seconds, opt_seconds: the steps after the first, their time and their optimizer's. */
-static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds) {
+ * timed, seconds, opt_seconds: the steps after the first, their time and their optimizer's;
+ * last: the last step taken (1-based; r->start when none). */
+static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds, long *last) {
   RtCtx *c = &r->c;
   const Args *a = &r->a;
   char err[512];
@@ -114,7 +157,8 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
   RtAdamW adam = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = (float)WEIGHT_DECAY};
   long skips = 0, skipped = 0;
   int metrics_bad = 0, status = 0; /* metrics_bad: rank 0 could not write a metrics line */
-  *timed = 0, *seconds = 0, *opt_seconds = 0;
+  *timed = 0, *seconds = 0, *opt_seconds = 0, *last = r->start;
+  double first_dt = 0;
   if (a->profile) rt_prof_start();
   r->stepped = 1;
   for (long step = r->start; step < a->steps; step++) {
@@ -176,15 +220,20 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
     skips = skip ? skips + 1 : 0, skipped += skip;
     double dt = rt_now() - t0, tps = (double)GLOBAL_BATCH * SEQ_LEN / dt;
     if (step > r->start) *seconds += dt, (*timed)++;
+    else first_dt = dt;
     if (step == r->start) rt_prof_reset(); /* the profile covers the timed steps */
+    *last = step + 1;
     if (r->rank0) {
-      char moe[64] = "";
-      if (PLAN_EP > 1) snprintf(moe, sizeof moe, " | moe load %.2f, +%ld rounds", moe_load, moe_rounds);
-      printf("step %5ld/%ld | loss %.4f | aux %.4f | lr %.3e | grad norm %.4f | %.0f tokens/s (%.0f per rank)%s%s\n",
-             step + 1, a->steps, mean, aux_mean, lr, norm, tps, tps / c->comm.world, moe,
-             skip ? " | SKIPPED: not finite" : "");
+      print_step(r, step, mean, aux_mean, lr, norm, dt, tps, moe_load, moe_rounds, skip);
+      if ((step + 1 - r->start) % a->progress_every == 0 && step + 1 < a->steps)
+        print_progress(r, step, *timed, *seconds, first_dt);
       fflush(stdout);
-      RtStepMetrics sm = {step + 1, mean, aux_mean, lr, norm, tps, skip, PLAN_EP > 1 ? moe_load : -1, moe_rounds};
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      RtStepMetrics sm = {.step = step + 1, .loss = mean, .aux_loss = aux_mean, .lr = lr, .grad_norm = norm,
+                          .skipped = skip, .moe_load = PLAN_EP > 1 ? moe_load : -1, .moe_extra_rounds = moe_rounds,
+                          .time = (double)now.tv_sec + 1e-9 * (double)now.tv_nsec, .step_seconds = dt,
+                          .tokens_per_second = tps, .run = r->run_id};
       if (!metrics_bad && rt_metrics_write(&r->mf, &sm, err, sizeof err) != 0) {
         fprintf(stderr, "error: --metrics %s\n", err);
         metrics_bad = 1;
@@ -201,10 +250,15 @@ static int train_loop(Run *r, long *timed, double *seconds, double *opt_seconds)
   return status;
 }
 
-/* The end of a run: the --profile file, rank 0's throughput, MFU and optimizer lines over the
- * timed steps, the GPU's memory. Returns 0, or 1 when the profile cannot be written. */
-static int report_end(const Run *r, long timed, double seconds, double opt_seconds) {
+/* The end of a run: the --profile file, rank 0's elapsed line (last: the last step taken),
+ * throughput, MFU and optimizer lines over the timed steps, the GPU's memory. Returns 0, or 1
+ * when the profile cannot be written. */
+static int report_end(const Run *r, long timed, double seconds, double opt_seconds, long last) {
   int status = 0;
+  char e[32];
+  if (r->rank0 && last > r->start)
+    printf("elapsed: %s for steps %ld-%ld of %ld (start-up, steps, checkpoints)\n", hms(e, sizeof e, rt_now() - r->t_start),
+           r->start + 1, last, r->a.steps);
   if (r->a.profile && !timed) { /* the first step a run takes is not timed: nothing was measured */
     if (r->rank0)
       fprintf(stderr, "error: --profile %s not written: this run measured no step (its first step is not timed); "
@@ -219,8 +273,12 @@ static int report_end(const Run *r, long timed, double seconds, double opt_secon
 #else
     const char *backend = "cpu";
 #endif
-    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, r->c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed, tokens,
-                    tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU, OPT_ON_HOST};
+    char device[256] = "cpu"; /* the cpu backend's ranks are cores */
+#ifdef MTC_BACKEND_CUDA
+    rt_cuda_device_name(device, sizeof device);
+#endif
+    RtProfRun pr = {SPEC_FILE, MODEL_NAME, backend, device, r->c.comm.world, PLAN_FSDP, PLAN_EP, timed, seconds / timed,
+                    tokens, tokens / (double)PREDICTED_TOKENS_PER_S_PER_GPU, OPT_ON_HOST};
     if (rt_prof_write(r->a.profile, &pr, err, sizeof err) != 0) {
       if (r->rank0) fprintf(stderr, "error: --profile %s: %s; expected a writable path\n", r->a.profile, err);
       status = 1;
@@ -232,10 +290,11 @@ static int report_end(const Run *r, long timed, double seconds, double opt_secon
     double tps = (double)GLOBAL_BATCH * SEQ_LEN * timed / seconds / r->c.comm.world;
     double mfu = tps * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
     double predicted_mfu = PREDICTED_TOKENS_PER_S_PER_GPU * FLOPS_PER_TOKEN / PEAK_FLOPS_PER_GPU;
-    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step), MFU %.2f%% of %.4g TFLOP/s; the plan "
-           "predicted %.0f per GPU of its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed,
-           100 * mfu, PEAK_FLOPS_PER_GPU / 1e12, (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu,
-           tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
+    char measured[96] = ""; /* (not where the peak is not the hardware's: mfu_known) */
+    if (mfu_known()) snprintf(measured, sizeof measured, ", MFU %.2f%% of %.4g TFLOP/s", 100 * mfu, PEAK_FLOPS_PER_GPU / 1e12);
+    printf("throughput: %.0f tokens/s per rank over %ld steps (%.3f s per step)%s; the plan predicted %.0f per GPU of "
+           "its cluster, MFU %.2f%%: measured / predicted %.3f\n", tps, timed, seconds / timed, measured,
+           (double)PREDICTED_TOKENS_PER_S_PER_GPU, 100 * predicted_mfu, tps / (double)PREDICTED_TOKENS_PER_S_PER_GPU);
     printf("optimizer: %.2f ms per step on rank 0 (%s, mean over %ld steps)\n", 1e3 * opt_seconds / timed, OPTIMIZER,
            timed);
   }
@@ -256,11 +315,12 @@ static int train(Run *r) {
   int status = r->a.ckpt_dir ? resume(r) : 0;
   if (status) return status < 0 ? 0 : status; /* -1: the checkpoint is already at --steps */
   report_start(r);
+  if ((status = stopped_at_start(r)) >= 0) return status;
   if (check_profile(r) != 0 || open_metrics(r) != 0) return 2;
-  long timed;
+  long timed, last;
   double seconds, opt_seconds;
-  status = train_loop(r, &timed, &seconds, &opt_seconds);
-  if (report_end(r, timed, seconds, opt_seconds) != 0) status = 1;
+  status = train_loop(r, &timed, &seconds, &opt_seconds, &last);
+  if (report_end(r, timed, seconds, opt_seconds, last) != 0) status = 1;
   char err[512];
   if (rt_metrics_close(&r->mf, err, sizeof err) != 0) {
     fprintf(stderr, "error: --metrics %s\n", err);
@@ -303,17 +363,24 @@ int main(int argc, char **argv) {
 #endif
   static Run run; /* zeroed */
   Run *r = &run;
-  r->mf.fd = -1, r->resumed = -1, r->lock_fd = -1;
-  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
-  int world_rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
+  r->mf.fd = -1, r->resumed = -1, r->lock_fd = -1, r->t_start = rt_now();
+  /* the stop signals recorded from the start, MPI_Init included: one during start-up stops the
+   * run before its first step (stopped_at_start), on every rank, not one rank killed mid-start */
   struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, NULL), sigaction(SIGTERM, &sa, NULL), sigaction(SIGINT, &sa, NULL);
   sigaction(SIGHUP, &sa, NULL); /* a closed terminal or session: save and stop, as for SIGTERM */
   signal(SIGPIPE, SIG_IGN);     /* stdout into a pipe that closed (| head): the run goes on, unprinted */
+  sigset_t stops; /* unblocked, should the launcher have blocked them: one pending arrives now */
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGUSR1), sigaddset(&stops, SIGTERM), sigaddset(&stops, SIGINT), sigaddset(&stops, SIGHUP);
+  sigprocmask(SIG_UNBLOCK, &stops, NULL);
+  MPI_Init(&argc, &argv); /* arguments first: a usage error is reported even on a wrong launch */
+  int world_rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  quiet = world_rank != 0; /* usage errors: one report, from rank 0 */
   int status = parse_args(&r->a, argc, argv);
+  if (!status) status = check_program(world_rank); /* (the same answer on every rank) */
   if (status || rt_comm_init(&r->c.comm, &argc, &argv, PLAN_FSDP, PLAN_EP, PLAN_DP_REPLICATE, SPEC_FILE,
                              SPEC_GPUS_PER_NODE) != 0) {
     MPI_Finalize();
@@ -321,6 +388,8 @@ int main(int argc, char **argv) {
   }
   rt_comm_cp_init(&r->c.comm, PLAN_CP); /* context parallelism: the cp group of a sequence's ranks */
   r->rank0 = r->c.comm.rank == 0;
+  if (r->rank0) rt_run_id_new(r->run_id);
+  MPI_Bcast(r->run_id, sizeof r->run_id, MPI_CHAR, 0, MPI_COMM_WORLD);
   if (r->a.ckpt_dir) status = check_ckpt_dir(r);
   char err[512];
   if (!status && rt_data_open(&r->data, r->a.data, VOCAB, SEQ_LEN, err, sizeof err) != 0) {

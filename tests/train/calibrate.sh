@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # tests/train/calibrate.sh — the generated training program end to end (lib.sh), check calibrate:
 # tiny-moe on 1 rank with --profile (3 steps: 2 profiled), then mtc calibrate of the cpu preset
-# from that profile: every op class the cost model prices is in the profile with its seconds and
-# FLOPs or bytes (the GEMM and attention FLOPs those of the shapes, computed here by hand), the
-# calibrated preset loads by its file name (MTC_PRESET_DIR), each fitted factor is FLOPs / (50
-# GFLOP/s x seconds) of the profile, and the plan's prediction moves with the factors (a preset
-# fitted to the profile with every second doubled predicts a longer step). No wall-clock bound.
+# from that profile (which names its device, "cpu", and calibrate prints it): every op class the
+# cost model prices is in the profile with its seconds and FLOPs or bytes (the GEMM and attention
+# FLOPs those of the shapes, computed here by hand), the calibrated preset loads by its file name
+# (MTC_PRESET_DIR), each fitted factor is FLOPs / (50 GFLOP/s x seconds) of the profile, and the
+# plan's prediction moves with the factors (a preset fitted to the profile with every second
+# doubled predicts a longer step). No wall-clock bound.
 #   usage: calibrate.sh MTC SOURCE_DIR [sanitize]
 . "$(dirname "$0")/lib.sh"
 
@@ -23,7 +24,7 @@ c = p["classes"]
 N, C, L, V, hd, nh, nkv, F, K = 8 * 64, 128, 4, 256, 32, 4, 2, 256, 2
 for k in ["gemm", "grouped_gemm", "attention_fwd", "attention_bwd", "norm", "rope", "activation", "loss", "optimizer"]:
   assert k in c and c[k]["seconds"] > 0, k
-assert p["steps"] == 2 and p["world"] == 1 and p["backend"] == "cpu" and p["tokens_per_step"] == N, p
+assert p["steps"] == 2 and p["world"] == 1 and p["backend"] == "cpu" and p["device"] == "cpu" and p["tokens_per_step"] == N, p
 # attention: causal 2 B T^2 nh hd forward, 2.5x backward, per layer
 fwd = L * 2 * 8 * 64 * 64 * nh * hd
 assert abs(c["attention_fwd"]["flops"] - fwd) < 1, (c["attention_fwd"], fwd)
@@ -58,6 +59,9 @@ grep -q "bf16_flops: 5 TFLOP/s" "$work/presets/cpu-big.yaml" && grep -q "hbm_ban
 export MTC_PRESET_DIR="$work/presets"
 "$mtc" calibrate "$work/cal.json" --preset cpu-big -o "$work/presets/cpu-fit.yaml" >"$work/calibrate.log" ||
   { cat "$work/calibrate.log"; die "mtc calibrate"; }
+grep -q "^  profile .*/cal.json: tiny-moe, cpu backend on cpu, 1 rank(s), 2 steps$" "$work/calibrate.log" &&
+  grep -q "^# Calibrated by .* from .*/cal.json (tiny-moe, cpu backend on cpu, 1 rank(s), 2 steps)" "$work/presets/cpu-fit.yaml" ||
+  die "calibrate does not name the profile's device: $(cat "$work/calibrate.log")"
 "$mtc" calibrate "$work/cal-slow.json" --preset cpu-big -o "$work/presets/cpu-slow.yaml" >/dev/null || die "mtc calibrate (slow)"
 python3 - "$work/cal.json" "$work/presets/cpu-fit.yaml" <<'PY' || die "the fitted factors"
 import json, re, sys

@@ -3,7 +3,8 @@
 # 10 steps straight = 5 steps, checkpoint, resume for 5 (bitwise); a save killed by SIGKILL
 # before its manifest resumes from the checkpoint before (bitwise); a checkpoint saved on 4
 # ranks (fsdp 4, ep 2) resumes on 2 (fsdp 2, ep 1) within 1e-5, and so do flat expert shards (ep
-# 4) resumed in whole experts and back; a corrupt shard is refused with its name; non-finite
+# 4) resumed in whole experts and back; another model's or optimizer's checkpoint is refused (with
+# what to do); a corrupt shard is refused with its name; non-finite
 # steps are skipped, and K in a row stop the run with the last good state saved; SIGUSR1 mid-run
 # saves and stops, and the resumed run equals the straight one (bitwise); --keep-checkpoints 2
 # keeps two; a checkpoint of other model conventions (model_keys) resumes with a note
@@ -13,7 +14,7 @@
 ck=(--set training.steps=10 --set training.warmup_steps=2 --set training.seq_len=64 --set training.grad_reduce_dtype=fp32)
 build c2 "$tiny" float "${ck[@]}" --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
 run2() { (cd "$work" && "${mpirun[@]}" -np 2 ./c2/build/train --data "$text" "$@" >/dev/null 2>&1); }
-strip() { sed 's/,"tokens_per_s".*//' "$1"; }
+strip() { sed 's/,"time".*//' "$1"; } # (time, step_seconds, tokens_per_second, run: not the same in two runs)
 run2 --metrics straight.jsonl || die "straight run"
 run2 --metrics resumed.jsonl --steps 5 --checkpoint-dir "$work/ckA" || die "first half"
 [ -f "$work/ckA/step-00000005/manifest.json" ] || die "no checkpoint at step 5"
@@ -98,7 +99,8 @@ out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2h64/build/train --data "$text" --me
 [ $rc -eq 2 ] && echo "$out" | grep -q "error: resuming from .*: tensor model[a-z_.0-9]* is [0-9]*x128 in the checkpoint and [0-9]*x64 in this program; expected a checkpoint of this program's model" || die "other model resumed: exit $rc, $out"
 build c2mu "$tiny" float "${ck[@]}" --set training.optimizer=muon --set cluster.gpus_per_node=2 --set plan.fsdp=2 || exit 1
 out=$(cd "$work" && "${mpirun[@]}" -np 2 ./c2mu/build/train --data "$text" --metrics y.jsonl --checkpoint-dir ckA 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "trained with adamw, but this program uses muon" || die "other optimizer resumed: exit $rc, $out"
+[ $rc -eq 2 ] && echo "$out" | grep -q "trained with adamw, but this program uses muon; .*: to go on with this run, compile the program with --set training.optimizer=adamw; to train with muon, start a new run with another --checkpoint-dir" ||
+  die "other optimizer resumed, or no hint of what to do: exit $rc, $out"
 # a corrupt shard is refused with its name
 f=$work/ckA/step-00000010/rank-00001.bin
 printf '\x42' | dd of="$f" bs=1 seek=300 conv=notrunc status=none

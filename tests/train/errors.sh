@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/train/errors.sh — the generated training program end to end (lib.sh), check errors:
-# a launch with the wrong world size, a missing data file, bad arguments; a run of 2^32 + 40
+# a launch with the wrong world size, a missing data file, bad arguments; --help against the
+# options the program takes; a program its directory's plan.json is not of; a run of 2^32 + 40
 # steps (its learning rate at step 2 is the peak, not the minimum) planned with its boundaries
 # on NVMe (the program warns that it keeps them in host memory)
 #   usage: errors.sh MTC SOURCE_DIR [sanitize]
@@ -40,6 +41,22 @@ out=$("$work/e1/build/train" --data "$text" --metrics "$work/no/such/dir/m.jsonl
 [ $rc -eq 2 ] && echo "$out" | grep -q "expected a writable file path" || die "bad --metrics: $out"
 out=$("$work/e1/build/train" --bogus 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "unknown option '--bogus'" || die "unknown option: $out"
+# train --help lists every option the program takes (parse_args' table and main's own), and takes
+# every option it lists: the text and the code cannot drift apart
+help=$("$work/e1/build/train" --help 2>&1); rc=$?
+[ $rc -eq 0 ] || die "train --help: exit $rc"
+takes=$( (grep -o '{"[a-z-]*", \(required\|no\)_argument' "$src/templates/train/20-args.c" | sed 's/{"\([a-z-]*\)".*/--\1/'
+  grep -oh 'strcmp(argv\[i\], "--*[a-z-]*")' "$src/templates/train/"*.c | grep -o '"-.*"' | tr -d '"') | sort -u)
+listed=$(echo "$help" | grep -oE '(^|[][ |,])--?[a-z][a-z-]*' | sed 's/^[][ |,]*//' | sort -u)
+[ "$(echo "$takes" | wc -l)" -ge 15 ] || die "train's options not found in templates/train: $takes"
+for o in $takes; do echo "$listed" | grep -qx -- "$o" || die "train --help does not list $o"; done
+for o in $listed; do echo "$takes" | grep -qx -- "$o" || die "train --help lists $o, which train does not take"; done
+# a program whose directory's plan.json is not the plan it was compiled from (compiled again,
+# or edited) is refused at start-up, naming both plans and what to run; nothing is created
+cp -r "$work/e1" "$work/e1stale" && echo " " >>"$work/e1stale/plan.json"
+out=$(cd "$work" && ./e1stale/build/train --data "$text" --steps 1 --checkpoint-dir ck-stale --metrics stale.jsonl 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "error: this program was compiled from plan [0-9a-f]\{16\}, but .*/e1stale/plan.json is plan [0-9a-f]\{16\}: .*rebuild it with .mtc build .*e1stale" &&
+  [ ! -e "$work/ck-stale" ] && [ ! -e "$work/stale.jsonl" ] || die "a stale program ran: exit $rc, $out"
 # --profile: checked at start (not after the run), never written over data or through a link,
 # and a run that measured no step says so instead of exiting 0 without the file
 cp "$text" "$work/prof-data.txt"; before=$(cksum < "$work/prof-data.txt")

@@ -2,7 +2,8 @@
 # sourced by tests/train/CHECK.sh (one file per check, each a ctest train_CHECK) with the check's
 # arguments MTC SOURCE_DIR [sanitize]: compile, mtc build and run on the cpu backend in a scratch
 # directory removed at exit. Provides $mtc, $src, $work, $text, $tiny, small=(...), mpirun=(...),
-# build NAME SPEC REAL [--set ...], losses FILE, die MESSAGE and $fail.
+# build NAME SPEC REAL [--set ...], losses FILE, run_output LOG JSONL DIR [EVERY], die MESSAGE
+# and $fail.
 # With "sanitize", the programs are built with AddressSanitizer and UBSan.
 set -u
 mtc=$(realpath "$1"); src=$(realpath "$2"); san=; [ "${3:-}" = sanitize ] && san=sanitize
@@ -60,4 +61,62 @@ cp2_against() {
     { die "$d: $np rank run"; return; }
   same_losses "$ref" "$d" "1 rank against $np ($(sed -n 's/^policy     //p' "$work/$d/plan.txt"))" 6 ||
     die "$d: losses differ from 1 rank"
+}
+
+# run_output LOG JSONL DIR [EVERY]: what a run of DIR's program printed (LOG)
+# and wrote (JSONL), as a trainer reads them. Every metrics line has "time" (seconds since the
+# epoch, never decreasing), "step_seconds", "tokens_per_second" (plan.json's tokens per step over
+# step_seconds) and "run", one run id on every line, the one the start-up line names; every step
+# line shows the step's seconds and, only on the cpu preset (a peak of the core that runs it), MFU =
+# tokens/s per rank x plan.json's flops_per_token / its peak; a progress line (elapsed, ETA) every
+# EVERY steps (default 10) but the last, and the elapsed line at the end.
+run_output() {
+  python3 - "$@" <<'PY'
+import json, re, sys
+log, jsonl, d = sys.argv[1], sys.argv[2], sys.argv[3]
+every = int(sys.argv[4]) if len(sys.argv) > 4 else 10
+plan = json.load(open(d + "/plan.json"))
+tokens, fpt = plan["training"]["tokens_per_step"], plan["model"]["flops_per_token"]
+peak = plan["cluster"]["peak_bf16_flops_per_gpu"]
+lines = [json.loads(l) for l in open(jsonl)]
+text = open(log).read().splitlines()
+assert lines, "no metrics lines"
+runs = {l.get("run") for l in lines}
+assert len(runs) == 1 and re.fullmatch(r"[0-9a-f]{16}", lines[0]["run"]), runs
+start = [t for t in text if re.search(r"; run [0-9a-f]{16}$", t)]
+assert start and start[0].endswith("; run " + lines[0]["run"]), start
+prev = 0
+for l in lines:
+    for k in ("time", "step_seconds", "tokens_per_second"):
+        assert isinstance(l.get(k), (int, float)), (k, l)
+    assert l["time"] > 1.6e9 and l["time"] >= prev and l["step_seconds"] > 0, l
+    prev = l["time"]
+    want = tokens / l["step_seconds"]
+    assert abs(l["tokens_per_second"] - want) <= 0.05 + 1e-5 * want, (l, want)
+steps = {int(m.group(1)): t for t in text for m in [re.match(r"step +(\d+)/\d+ \|", t)] if m}
+assert sorted(steps) == [l["step"] for l in lines], (sorted(steps), [l["step"] for l in lines])
+cpu_preset = re.search(r'^#define SPEC_GPU_NAME "cpu', open(d + "/step.h").read(), re.M) is not None
+for l in lines:
+    t = steps[l["step"]]
+    m = re.search(r"\| ([0-9.]+) s \| (\d+) tokens/s \((\d+) per rank\)( \| MFU ([0-9.e+-]+)%)?", t)
+    assert m and abs(float(m.group(1)) - l["step_seconds"]) <= 0.0005 + 1e-6, (t, l)
+    assert bool(m.group(5)) == cpu_preset, ("MFU shown on the cpu backend only where the spec's ranks are cores", t)
+    if not cpu_preset:
+        continue
+    tps = float(m.group(3))
+    mfu = 100 * tps * fpt / peak
+    assert abs(float(m.group(5)) - mfu) <= 0.006 * mfu + 100 * 0.5 * fpt / peak, (t, mfu)
+first, last = lines[0]["step"], lines[-1]["step"]
+total = int(re.match(r"step +\d+/(\d+)", steps[first]).group(1))
+prog = [t for t in text if t.startswith("progress: ")]
+want = [s for s in range(first, last) if (s - first + 1) % every == 0]
+assert [int(re.match(r"progress: step (\d+)/", t).group(1)) for t in prog] == want, (prog, want)
+for t in prog:
+    assert re.fullmatch(r"progress: step \d+/%d \(\d+%%\), elapsed \d+:\d\d:\d\d, ETA \d+:\d\d:\d\d at [0-9.]+ s per "
+                        r"step \(mean of .*\)" % total, t), t
+end = [t for t in text if t.startswith("elapsed: ")]
+assert len(end) == 1 and re.fullmatch(r"elapsed: \d+:\d\d:\d\d for steps %d-%d of %d .*" % (first, last, total), end[0]), end
+print("%d metrics lines with time, step_seconds, tokens_per_second and run %s; step lines with seconds and MFU; %d "
+      "progress lines" % (len(lines), lines[0]["run"], len(prog)))
+PY
 }

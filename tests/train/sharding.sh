@@ -12,7 +12,8 @@
 
 small+=(--set training.grad_reduce_dtype=fp32)
 build w1 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || exit 1
-(cd "$work" && ./w1/build/train --data "$text" --metrics w1.jsonl >w1.log) || die "1 rank run"
+(cd "$work" && ./w1/build/train --data "$text" --metrics w1.jsonl --progress-every 4 >w1.log) || die "1 rank run"
+run_output "$work/w1.log" "$work/w1.jsonl" "$work/w1" 4 || die "w1: the run's output"
 # the end-of-run line: MFU = tokens/s x plan.json's flops_per_token / its peak per GPU, and
 # the ratio to the plan's prediction
 python3 - "$work/w1.log" "$work/w1/plan.json" <<'PY' || die "w1: the throughput line's MFU"

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # tests/train/text.sh — the generated training program end to end (lib.sh), check text:
 # tiny-moe on real English text (fortunes' cookie file) for its 300 steps on 2 ranks: the loss
-# starts near ln 256 = 5.55 and ends below 2.5 (ctest train_text); with muon (ctest
+# starts near ln 256 = 5.55 and ends below 2.5, its output as a trainer expects it (lib.sh's
+# run_output: time, step_seconds, tokens_per_second and the run id on every metrics line, step
+# time and MFU per step, elapsed and ETA) (ctest train_text); with muon (ctest
 # train_text-muon), training.optimizer=muon, ending within 0.05 of 1.934
 #   usage: text.sh MTC SOURCE_DIR [adamw|muon]
 . "$(dirname "$0")/lib.sh"
 
 opt=${3:-adamw}
 build tiny "$tiny" float --set training.optimizer=$opt || exit 1
-(cd "$work" && "${mpirun[@]}" -np 2 ./tiny/build/train --data "$text" --metrics tiny.jsonl | tail -3) || die "training run"
+(cd "$work" && "${mpirun[@]}" -np 2 ./tiny/build/train --data "$text" --metrics tiny.jsonl >tiny.log) || die "training run"
+tail -3 "$work/tiny.log"
+run_output "$work/tiny.log" "$work/tiny.jsonl" "$work/tiny" || die "the run's output: metrics fields, step lines, progress"
 first=$(losses "$work/tiny.jsonl" | head -1); last=$(losses "$work/tiny.jsonl" | tail -1)
 n=$(losses "$work/tiny.jsonl" | wc -l)
 echo "tiny-moe ($opt) on $text: $n steps, loss $first -> $last"
