@@ -457,6 +457,7 @@ static void plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "  bottleneck: %s, the largest term (%.3f s of %.3f)\n", k->bottleneck, k->bottleneck_seconds, k->step);
     fputs(report_provenance(&m, s, false), out);
     if (p->hint) fprintf(out, "hint: %s\n", p->hint);
+    if (p->batch_note) fprintf(out, "note: %s\n", p->batch_note);
   } else {
     fprintf(out, "\nclosest candidate: %s\n", report_overs(&m, c));
     fprintf(out, "advice: %s\n", p->advice);
@@ -491,6 +492,7 @@ static void summary(FILE *out, const Plan *p, bool timing) {
             c->cost.tokens_per_s_per_gpu, cpu ? "rank" : "GPU", 100 * c->cost.mfu,
             cpu ? " of the preset's assumed rate per rank" : "");
   if (p->feasible) fprintf(out, "  (%s)\n", report_provenance(&m, p->md->spec, true));
+  if (p->feasible && p->batch_note) fprintf(out, "note: %s\n", p->batch_note);
   else if (p->ncandidates)
     fprintf(out, "plan: nothing fits; closest: %s; advice: %s\n", report_overs(&m, c), p->advice);
   mem_free(&m);
@@ -772,6 +774,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_object_set_new(pv, "time_factor", json_real(report_time_factor(s, NULL)));
     json_object_set_new(pr, "provenance", pv);
     if (p->hint) json_object_set_new(pr, "hint", json_string(p->hint));
+    if (p->batch_note) json_object_set_new(pr, "batch_note", json_string(p->batch_note));
     json_object_set_new(root, "predicted", pr);
   } else {
     json_t *why = json_object();

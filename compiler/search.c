@@ -526,10 +526,14 @@ static const char *advise(Mem *m, const Model *md, bool layouts) {
   const Spec *s = md->spec;
   int64_t N = s->cluster.nodes, G = s->training.global_batch;
   if (!layouts && G % batch_quantum(s, N) != 0) /* (with layouts, a cp > 1 made the batch divide) */
-    return mem_printf(m, "global_batch %lld is not a multiple of micro_batch x GPUs = %lld x %lld; "
-                      "choose a global_batch that is, or another node count",
-                      (long long)G, (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
-                      (long long)(N * s->cluster.gpus_per_node));
+    return mem_printf(m, "global_batch %lld%s is not a multiple of micro_batch x GPUs = %lld x %lld (nor of it / cp "
+                      "for a cp that splits the sequences); expected %s %s (the nearest that are), or another "
+                      "node count", (long long)G,
+                      s->training.global_batch_tokens ? mem_printf(m, " (training.global_batch_tokens %lld)",
+                                                                   (long long)s->training.global_batch_tokens) : "",
+                      (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
+                      (long long)(N * s->cluster.gpus_per_node), spec_batch_key(s),
+                      spec_batch_nearest(m, s, batch_quantum(s, N)));
   char *out = "", *tried = "", *blocked = "";
   int spent = 0;
   for (int64_t k = 2; k <= 64 && spent < ADVICE_BUDGET; k *= 2) { /* more nodes, if the batch divides */
@@ -538,9 +542,11 @@ static const char *advise(Mem *m, const Model *md, bool layouts) {
       if (!blocked[0]) /* the first node count the batch keeps out, and how to let it in */
         blocked = mem_printf(m, "%lld nodes and more were not tried: global_batch %lld is not a multiple of %s"
                              "GPUs / cp = %lld / cp for any cp that splits the sequences (--set "
-                             "training.global_batch=%lld would allow %lld nodes)",
+                             "%s=%lld would allow %lld nodes)",
                              (long long)nodes, (long long)G, micro_batch_pinned(s) ? "micro_batch x " : "",
-                             (long long)q, (long long)((G + q - 1) / q * q), (long long)nodes);
+                             (long long)q, spec_batch_key(s),
+                             (long long)((G + q - 1) / q * q * (s->training.global_batch_tokens ? s->training.seq_len : 1)),
+                             (long long)nodes);
       continue;
     }
     Found g = search_with(m, md, nodes, s->training.seq_len, &spent);
@@ -649,6 +655,40 @@ static const char *pin_note(Mem *m, const Model *md, const Candidate *best) {
                     tok_b / W, tok_a / W, 100 * (tok_b / tok_a - 1), f.best.cost.step, best->cost.step);
 }
 
+/* A batch that the GPUs read only by splitting sequences (global_batch not a multiple of
+ * batch_quantum, so the search had to take a cp > 1 for it to divide): searches the nearest
+ * multiples of batch_quantum below and above; returns a note naming them and both MFUs when one
+ * reaches more than 1.2 x the chosen plan's MFU, or NULL. */
+static const char *batch_note(Mem *m, const Model *md, const Candidate *best) {
+  const Spec *s = md->spec;
+  int64_t q = batch_quantum(s, s->cluster.nodes), G = s->training.global_batch, L = s->training.seq_len;
+  if (G % q == 0) return NULL;
+  int64_t sizes[2] = {G / q * q, G / q * q + q};
+  char *found = "";
+  int spent = 0;
+  for (int i = 0; i < 2; i++) {
+    if (sizes[i] <= 0) continue;
+    Spec *u = mem_alloc(m, sizeof *u);
+    *u = *s;
+    u->training.global_batch = sizes[i];
+    if (u->training.global_batch_tokens) u->training.global_batch_tokens = sizes[i] * L;
+    /* (only plans above 1.2 x the MFU: the step time of sizes[i] sequences at that rate) */
+    Found f = search_variant(m, md, u, &spent, false, best->cost.step * (double)sizes[i] / (double)G / 1.2, false);
+    if (!f.feasible || f.best.cost.mfu <= 1.2 * best->cost.mfu) continue;
+    found = mem_printf(m, "%s%sMFU %.1f%% at %lld sequences (--set %s=%lld%s)", found, found[0] ? " and " : "",
+                       100 * f.best.cost.mfu, (long long)sizes[i], spec_batch_key(s),
+                       (long long)(s->training.global_batch_tokens ? sizes[i] * L : sizes[i]),
+                       plan_cp(&f.best.ch) > 1 ? mem_printf(m, ", cp %lld", (long long)f.best.ch.cp) : "");
+  }
+  if (!found[0]) return NULL;
+  return mem_printf(m, "global_batch %lld divides over the %lld GPUs only with cp %lld (%lld-token chunks), at MFU "
+                    "%.1f%%; the nearest batch sizes that are multiples of micro_batch x GPUs = %lld x %lld reach %s",
+                    (long long)G, (long long)(s->cluster.nodes * s->cluster.gpus_per_node), (long long)plan_cp(&best->ch),
+                    (long long)(L / (2 * plan_cp(&best->ch))), 100 * best->cost.mfu,
+                    (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
+                    (long long)(s->cluster.nodes * s->cluster.gpus_per_node), found);
+}
+
 /* A copy of md whose spec carries micro_batch mb (the model graph does not depend on it). */
 static const Model *with_micro_batch(Mem *m, const Model *md, int64_t mb) {
   if (md->spec->training.micro_batch == mb) return md;
@@ -702,7 +742,7 @@ static Plan *search(Mem *m, const Model *md, bool notes) {
     }
   p->across = f.across, p->has_across = f.has_across;
   if (notes && !p->feasible) p->advice = advise(m, md, p->ncandidates > 0);
-  else if (notes) p->hint = pin_note(m, md, &p->best);
+  else if (notes) p->hint = pin_note(m, md, &p->best), p->batch_note = batch_note(m, md, &p->best);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */
   return p;

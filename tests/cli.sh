@@ -127,6 +127,12 @@ expect 0 '^batch      25,165,824 tokens per step = 384 sequences x 65536 tokens$
 expect 0 '^batch      25,165,824 tokens per step = 1536 sequences x 16384 tokens \(training.global_batch_tokens\)$' "$mtc" plan "$tmpg/e.yaml" --set training.seq_len=16384
 expect 0 '^16384 +yes .* 693 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
 expect 0 '"tokens_per_step": 25165824' "$mtc" plan --json "$tmpg/e.yaml" --set training.seq_len=32768
+# a token batch that the GPUs read only by splitting sequences: the error names the nearest sizes that divide
+# over the GPUs; the plan of 3906 sequences (cp 64) notes the far faster nearest sizes; 4096 names the key written
+q3=(specs/qwen3-30b-a3b.yaml --set cluster.nodes=96 --set training.global_batch=null)
+expect 2 'error: global_batch_tokens 16000000 is not a whole number of sequences of seq_len 4096; .* micro_batch x GPUs = 1 x 384 sequences are 15728640 \(3840 x 4096\) or 17301504 \(4224 x 4096\)$' "$mtc" check "${q3[@]}" --set training.global_batch_tokens=16000000
+expect 0 '^note: global_batch 3906 divides over the 384 GPUs only with cp 64 \(32-token chunks\), at MFU [0-9.]+%; .* reach MFU [0-9.]+% at 3840 sequences \(--set training.global_batch_tokens=15728640\) and MFU [0-9.]+% at 4224 sequences' "$mtc" compile "${q3[@]}" --set training.global_batch_tokens=15998976 -o "$tmpg/q3"
+expect 1 'global_batch 4096 \(training.global_batch_tokens 16777216\) is not a multiple of .* expected training.global_batch_tokens 15728640 \(3840 x 4096\) or 17301504 \(4224 x 4096\)' "$mtc" plan "${q3[@]}" --set training.global_batch_tokens=16777216
 expect 2 'both global_batch \(384 sequences\) and global_batch_tokens are written' "$mtc" check "$tmpg/e.yaml" --set training.global_batch=384
 rm -rf "$tmpg"
 # --set KEY=null removes KEY (the other of two exclusive keys, without editing the file); a typo is an unknown key
