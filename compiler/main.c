@@ -201,6 +201,7 @@ static bool write_text(Diag *d, const char *path, const Plan *p) {
   OutFile o;
   FILE *f = out_open(d, &o, path);
   if (!f) return false;
+  report_plan_headline(f, p);
   report_text(f, p->md);
   report_plan_text(f, p, false);
   return out_close(d, &o);
@@ -289,6 +290,7 @@ static int run(Args *a) {
       if (!report_write_json(&d, j, NULL)) status = EXIT_BAD_INPUT;
       json_decref(j);
     } else {
+      report_plan_headline(stdout, p);
       report_text(stdout, md);
       report_plan_text(stdout, p, true);
     }

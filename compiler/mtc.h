@@ -1350,6 +1350,9 @@ void *report_json(const Model *md);
 /* The plan's sections of `mtc plan` text; timing adds the search's wall time (not written
  * to files, which must be deterministic). */
 void report_plan_text(FILE *out, const Plan *p, bool timing);
+/* When nothing fits: "NO FEASIBLE PLAN", the closest candidate and the advice, for the top of
+ * `mtc plan` text and plan.txt (nothing when a plan fits). */
+void report_plan_headline(FILE *out, const Plan *p);
 /* The widest line of report text (plan.txt, mtc plan/explain/sweep): longer lines are wrapped. */
 enum { REPORT_WIDTH = 120 };
 /* Writes text (lines ending in '\n') to out with every line over REPORT_WIDTH broken at spaces,

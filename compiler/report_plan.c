@@ -459,7 +459,7 @@ static void plan_text(FILE *out, const Plan *p, bool timing) {
     if (p->hint) fprintf(out, "hint: %s\n", p->hint);
     if (p->batch_note) fprintf(out, "note: %s\n", p->batch_note);
   } else {
-    fprintf(out, "\nclosest candidate: %s\n", report_overs(&m, c));
+    fprintf(out, "\nclosest candidate (the least overage, all tiers together): %s\n", report_overs(&m, c));
     fprintf(out, "advice: %s\n", p->advice);
   }
   fprintf(out, "\nalternatives\n");
@@ -477,6 +477,23 @@ static void plan_text(FILE *out, const Plan *p, bool timing) {
 }
 
 void report_plan_text(FILE *out, const Plan *p, bool timing) { wrapped(out, p, timing, plan_text); }
+
+static void headline(FILE *out, const Plan *p, bool timing) {
+  (void)timing;
+  Mem m = {0};
+  const Candidate *c = &p->best;
+  if (!p->ncandidates)
+    fprintf(out, "NO FEASIBLE PLAN: no layout: %s\n\n", p->advice);
+  else
+    fprintf(out, "NO FEASIBLE PLAN: nothing fits on %lld GPUs; closest candidate (the least overage, all tiers "
+                 "together): %s; %s\nadvice: %s\n(its memory below, and again at the end with the rejected "
+                 "alternatives)\n\n", (long long)p->world, choice_text(&m, &c->ch), report_overs(&m, c), p->advice);
+  mem_free(&m);
+}
+
+void report_plan_headline(FILE *out, const Plan *p) {
+  if (!p->feasible) wrapped(out, p, false, headline);
+}
 
 static void summary(FILE *out, const Plan *p, bool timing) {
   (void)timing;

@@ -19,7 +19,7 @@ enum { MAX_ALTS = 12, CP_SLOTS = 8 };
 typedef struct {
   Candidate best;    /* items are not kept: plan_search rebuilds the winner's */
   bool feasible, any;
-  Candidate closest; /* smallest overage, when nothing fits */
+  Candidate closest; /* the closest misfit (closer), when nothing fits */
   Candidate *alts;
   int nalts, n, nfit;         /* candidates evaluated, and how many fit */
   Candidate in_node, across; /* the fastest fitting with ep <= / > gpus_per_node */
@@ -51,12 +51,28 @@ typedef struct {
 
 
 
+/* The bytes by which a packed candidate overflows its tiers, all of them together. */
+static int64_t total_over(const Candidate *c) {
+  int64_t sum = 0;
+  for (int t = 0; t < TIER__COUNT; t++)
+    if (c->arena[t] > c->capacity[t]) sum += c->arena[t] - c->capacity[t];
+  return sum;
+}
+
+/* Whether packed misfit a is closer to fitting than b: a smaller overage of all tiers together
+ * (total_over; at least over_bytes, so a lower bound of over_bytes bounds it too), and between
+ * equal ones, of its fullest tier. */
+static bool closer(const Candidate *a, const Candidate *b) {
+  int64_t ta = total_over(a), tb = total_over(b);
+  return ta != tb ? ta < tb : a->over_bytes < b->over_bytes;
+}
+
 /* Candidates worth showing next to the best: fitting ones by step time, then rejected ones
- * by overage. */
+ * by overage (closer). */
 static bool better_alt(const Candidate *a, const Candidate *b) {
   if (a->fits != b->fits) return a->fits;
   if (a->fits) return a->cost.step < b->cost.step;
-  return a->over_bytes < b->over_bytes;
+  return closer(a, b);
 }
 
 /* The same decisions but for the prefetch depth: alternatives list one of them. */
@@ -119,11 +135,12 @@ static bool cannot_matter(const Found *f, const Candidate *c, int64_t gpn) {
  * what the search returns: not closer than the closest misfit, not its cp's representative, not
  * a rejected alternative kept (consider's rules for a rejected candidate). */
 static bool misfit_cannot_matter(const Found *f, const Choice *ch, int64_t lo) {
-  if (!f->any || lo < f->closest.over_bytes) return false;
+  /* (lo bounds the candidate's total_over too; an equal one may still be closer by its fullest tier) */
+  if (!f->any || lo <= total_over(&f->closest)) return false;
   int i = cp_slot(f, ch);
-  if (i == f->nby_cp ? i < CP_SLOTS : !f->by_cp[i].fits && lo < f->by_cp[i].over_bytes) return false;
+  if (i == f->nby_cp ? i < CP_SLOTS : !f->by_cp[i].fits && lo <= total_over(&f->by_cp[i])) return false;
   if (f->cutoff > 0) return true;
-  return f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits || lo >= f->alts[MAX_ALTS - 1].over_bytes);
+  return f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits || lo > total_over(&f->alts[MAX_ALTS - 1]));
 }
 
 /* The least overage ch can have, from bytes every arena of a tier holds, known without building its
@@ -248,7 +265,7 @@ static void keep_by_cp(Found *f, const Candidate *c) {
     f->nby_cp++;
   } else {
     const Candidate *o = &f->by_cp[i];
-    bool better = c->fits ? !o->fits || c->cost.step < o->cost.step : !o->fits && c->over_bytes < o->over_bytes;
+    bool better = c->fits ? !o->fits || c->cost.step < o->cost.step : !o->fits && closer(c, o);
     if (!better) return;
   }
   f->by_cp[i] = *c;
@@ -271,7 +288,7 @@ static void consider(const Model *md, Candidate c, Found *f) {
       f->best = c, f->feasible = true;
       return;
     }
-  } else if (!f->any || c.over_bytes < f->closest.over_bytes) {
+  } else if (!f->any || closer(&c, &f->closest)) {
     c.cost = (Cost){0}; /* a rejected candidate has no step */
     f->closest = c, f->any = true;
   }
@@ -441,8 +458,8 @@ static void search_once(const Model *md, Found *f) {
   if (!f->nhopeless) return;
   bool need_alts = f->cutoff <= 0 && !f->coarse;
   bool alts_ok = !need_alts || (f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits ||
-                                                          f->hopeless_over > (double)f->alts[MAX_ALTS - 1].over_bytes));
-  bool closest_ok = f->feasible || f->cutoff > 0 || (f->any && f->hopeless_over > (double)f->closest.over_bytes);
+                                                          f->hopeless_over > (double)total_over(&f->alts[MAX_ALTS - 1])));
+  bool closest_ok = f->feasible || f->cutoff > 0 || (f->any && f->hopeless_over > (double)total_over(&f->closest));
   if (alts_ok && closest_ok) return;
   int packed = f->npacked;
   *f = start;

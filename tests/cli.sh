@@ -75,7 +75,12 @@ rm -rf "$tmpf"
 # the plan: the reference run's layout; exit 1 with the tier and computed advice when nothing fits
 expect 0 '^policy     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml
 expect 0 '"feasible": true' "$mtc" plan --json specs/europa-1t.yaml
-expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+expect 1 '^closest candidate \(the least overage, all tiers together\): (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+# nothing fits: said first, with the closest candidate (the least overage of all tiers together: here hbm 44.6 GiB
+# beside the host's 563.8 GiB that every candidate shares) and the advice
+out=$("$mtc" plan specs/europa-1t.yaml --set cluster.nodes=4 --set training.global_batch=16 | unwrap | head -2)
+printf '%s\n' "$out" | head -1 | grep -Eq '^NO FEASIBLE PLAN: nothing fits on 16 GPUs; closest candidate .*: fsdp 16 x dp 1, ep 16, cp 16, .*; hbm over by 44.6 GiB' &&
+  printf '%s\n' "$out" | grep -q '^advice: it fits on 32 nodes' || { echo "FAIL: infeasible plan's first lines: $out"; fail=1; }
 expect 1 '^advice: it fits on 96 nodes.*unpinned, the search finds fsdp 192, ep 4, cp 2 \(each sequence split over 2 ranks: --set plan.cp=2\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 # context parallelism: 48 nodes, and sequences of 128K and 256K tokens on 96, fit by splitting each sequence
 expect 0 '^policy     fsdp 192 x dp 1, ep 8 \(hierarchical all-to-all\), cp 2, micro_batch 1' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
@@ -185,7 +190,7 @@ for f in specs/*.yaml generated/*/plan.txt; do
   case $f in *.yaml) w=$("$mtc" plan "$f" | awk 'length > 120' | head -1) ;; *) w=$(awk 'length > 120' "$f" | head -1) ;; esac
   [ -z "$w" ] || { echo "FAIL: $f: a plan line over 120 characters: $w"; fail=1; }
 done
-expect 1 '^closest candidate: hbm over by .* \(.* of 89.4 GiB\), host over by .* of 111.8 GiB\)$' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+expect 1 '^closest candidate \(the least overage, all tiers together\): hbm over by .* \(.* of 89.4 GiB\), host over by .* of 111.8 GiB\)$' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=4 --set training.global_batch=16
 expect 1 '^ +[0-9]+\.-[0-9]+\. [0-9]+ layouts rejected: host over by ' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 dup=$("$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1 | grep 'rejected' | sort | uniq -d)
 [ -z "$dup" ] || { echo "FAIL: explain repeats a rejection: $dup"; fail=1; }
