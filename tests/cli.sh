@@ -130,7 +130,9 @@ tmpg=$(mktemp -d)
 sed 's/^  global_batch: 384.*/  global_batch_tokens: 24Mi/' specs/europa-1t.yaml >"$tmpg/e.yaml"
 expect 0 '^batch      25,165,824 tokens per step = 384 sequences x 65536 tokens$' "$mtc" plan specs/europa-1t.yaml
 expect 0 '^batch      25,165,824 tokens per step = 1536 sequences x 16384 tokens \(training.global_batch_tokens\)$' "$mtc" plan "$tmpg/e.yaml" --set training.seq_len=16384
-expect 0 '^16384 +yes .* 693 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
+expect 0 '^16384 +yes .* 693 .* 25,165,824  ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
+# global_batch in sequences: the tokens of a step grow with seq_len, and the sweep shows them
+expect 0 '^256 +yes .* 2,048  compute$' "$mtc" sweep specs/tiny-moe.yaml --over training.seq_len=128,256
 expect 0 '"tokens_per_step": 25165824' "$mtc" plan --json "$tmpg/e.yaml" --set training.seq_len=32768
 # a token batch that the GPUs read only by splitting sequences: the error names the nearest sizes that divide
 # over the GPUs; the plan of 3906 sequences (cp 64) notes the far faster nearest sizes; 4096 names the key written
@@ -225,6 +227,14 @@ expect 2 '\-\-over applies to .sweep. only' "$mtc" plan specs/europa-1t.yaml --o
 # diff: the shorter sequence halves the activation items; plan.json files compare too
 expect 0 '^memory.host.items.activations.boundary\[\] +58.0 GB +29.0 GB +-50.0%' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
 expect 0 '^checkpoint.boundary_bytes_per_gpu +59.6 GB +29.8 GB' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
+# the tokens of a step differ (global_batch counts sequences): said under the table; --html says what it wrote
+tmpd=$(mktemp -d)
+expect 0 '^note: A trains on 25165824 tokens per step and B on 12582912: ' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
+expect 0 "^wrote $tmpd/d.html\$" "$mtc" diff specs/tiny-moe.yaml specs/tiny-moe.yaml --set training.seq_len=128 --html "$tmpd/d.html"
+rm -rf "$tmpd"
+if "$mtc" diff specs/tiny-moe.yaml specs/tiny-moe.yaml --set training.micro_batch=1 | grep -q '^note: A trains'; then
+  echo "FAIL: diff notes different tokens per step where they are the same"; fail=1
+fi
 expect 0 '^\(no differences\)' "$mtc" diff generated/europa-1t/plan.json specs/europa-1t.yaml
 expect 0 '^model.params_total' "$mtc" diff generated/tiny-moe/plan.json generated/llama-3.1-8b/plan.json
 expect 2 'expected two plans or specs' "$mtc" diff specs/europa-1t.yaml
