@@ -33,6 +33,9 @@ expect 2 'missing SPEC file' "$mtc" check
 expect 2 "import-hf: takes no --set" "$mtc" import-hf tests/hf/gpt2.json --set cluster.nodes=2
 expect 2 "import-hf: missing CONFIG" "$mtc" import-hf
 expect 2 'expected one SPEC file' "$mtc" check specs/tiny-moe.yaml specs/europa-1t.yaml
+# KEY VALUE as two words: the error says KEY=VALUE
+expect 2 "^mtc plan: --set cluster.nodes 2: expected KEY=VALUE, one word with '=' \(--set cluster.nodes=2\)$" "$mtc" plan specs/tiny-moe.yaml --set cluster.nodes 2
+expect 2 "^mtc sweep: --over cluster.nodes 1,2: expected KEY=V1,V2,..., one word with '=' \(--over cluster.nodes=1,2\)$" "$mtc" sweep --over cluster.nodes 1,2 specs/tiny-moe.yaml
 expect 2 '\-\-json applies to .plan. only' "$mtc" check --json specs/tiny-moe.yaml
 expect 2 "cannot open 'nonexistent.yaml'" "$mtc" check nonexistent.yaml
 expect 2 "cannot read 'specs'" "$mtc" check specs
