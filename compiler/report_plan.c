@@ -510,7 +510,7 @@ static void summary(FILE *out, const Plan *p, bool timing) {
             cpu ? " of the preset's assumed rate per rank" : "");
   if (p->feasible) fprintf(out, "  (%s)\n", report_provenance(&m, p->md->spec, true));
   if (p->feasible && p->batch_note) fprintf(out, "note: %s\n", p->batch_note);
-  else if (p->ncandidates)
+  if (!p->feasible && p->ncandidates)
     fprintf(out, "plan: nothing fits; closest: %s; advice: %s\n", report_overs(&m, c), p->advice);
   mem_free(&m);
 }

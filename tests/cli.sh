@@ -122,6 +122,8 @@ expect 0 '^policy     fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\), micro_b
 # reshard after_step is emitted: the kept groups in the plan's buffers, gathered once per step
 tmpk=$(mktemp -d)
 expect 0 '^plan: .*parameters kept gathered until the optimizer step' "$mtc" compile specs/tiny-moe.yaml -o "$tmpk/k" --set plan.reshard=after_step
+"$mtc" compile specs/tiny-moe.yaml -o "$tmpk/k" --set plan.reshard=after_step | grep -q 'nothing fits' &&
+  { echo "FAIL: a feasible compile's summary says nothing fits"; fail=1; }
 grep -q '^#define KEPT ' "$tmpk/k/step.c" && grep -q 'if (c->gather_kept) rt_comm_all_gather_start' "$tmpk/k/step.c" ||
   { echo "FAIL: reshard after_step: no KEPT buffer or conditional gathers in step.c"; fail=1; }
 expect 0 '^plan: .*routed experts kept gathered until the optimizer step' "$mtc" compile specs/tiny-moe.yaml -o "$tmpk/x" --set plan.reshard=every_micro_batch --set plan.reshard_experts=after_step
