@@ -139,11 +139,13 @@ const char *report_provenance(Mem *m, const Spec *s, bool brief) {
   const char *band = ev->band_rows > 0
       ? mem_printf(m, "predicted / published tokens/s %.2f..%.2f over %lld fidelity rows", ev->band_low, ev->band_high,
                    (long long)ev->band_rows)
-      : "no fidelity row on this GPU";
+      : s->cluster.gpu.name && strncmp(s->cluster.gpu.name, "cpu", 3) == 0 ? "no fidelity row on this machine"
+                                                                             : "no fidelity row on this GPU";
   bool mtc = s->cluster.stack == STACK_MTC;
   const char *prog = !mtc ? ""
       : ev->program_ratio > 0 ? mem_printf(m, "mtc's program measured at %.2fx its prediction", ev->program_ratio)
-                              : "mtc's program never measured on this GPU";
+      : s->cluster.gpu.name && strncmp(s->cluster.gpu.name, "cpu", 3) == 0 ? "mtc's program never measured on this machine"
+                                                                          : "mtc's program never measured on this GPU";
   const char *why;
   double f = report_time_factor(s, &why);
   const char *run = mtc && ev->program_ratio > 0 && ev->program_source /* by its source's first words */

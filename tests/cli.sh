@@ -215,6 +215,8 @@ expect 0 '^  fidelity: predicted / published tokens/s 0.90..1.23 over 12 fidelit
 ptmp=$(mktemp -d)
 expect 0 '^  \(rates of jupiter-booster: 3 measured, 0 fitted, 16 assumed' "$mtc" compile specs/tiny-moe.yaml -o "$ptmp/prov" --set cluster.preset=jupiter-booster
 rm -rf "$ptmp"
+expect 0 '^  fidelity: no fidelity row on this machine$' "$mtc" plan specs/tiny-moe.yaml
+expect 0 '^  fidelity: no fidelity row on this GPU$' "$mtc" plan specs/llama-3.1-8b.yaml
 expect 0 '^  - rates of b200-180gb: .* over 3 fidelity rows' "$mtc" sweep specs/tiny-moe.yaml --over cluster.preset=b200-180gb
 expect 2 "'dense_gem' in cluster.evidence.measured is not a cluster.efficiency key" "$mtc" check specs/tiny-moe.yaml --set cluster.evidence.measured=dense_gem
 expect 0 '^96 +65536 +yes +384 x 1 +4 +1 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
