@@ -203,6 +203,21 @@ static bool check_model(Diag *d, Spec *s) {
   return true;
 }
 
+const char *spec_batch_key(const Spec *s) {
+  return s->training.global_batch_tokens ? "training.global_batch_tokens" : "training.global_batch";
+}
+
+const char *spec_batch_nearest(Mem *m, const Spec *s, int64_t q) {
+  const TrainingSpec *t = &s->training;
+  int64_t L = t->seq_len, T = t->global_batch_tokens ? t->global_batch_tokens : t->global_batch * L;
+  int64_t lo = T / (q * L) * q, hi = lo + q;
+  if (lo * L == T) hi = lo + q, lo -= q; /* (T on the grid: its neighbours) */
+  if (!t->global_batch_tokens)
+    return lo > 0 ? mem_printf(m, "%lld or %lld", (long long)lo, (long long)hi) : mem_printf(m, "%lld", (long long)hi);
+  const char *up = mem_printf(m, "%lld (%lld x %lld)", (long long)(hi * L), (long long)hi, (long long)L);
+  return lo > 0 ? mem_printf(m, "%lld (%lld x %lld) or %s", (long long)(lo * L), (long long)lo, (long long)L, up) : up;
+}
+
 static bool check_training(Diag *d, Spec *s) {
   TrainingSpec *t = &s->training;
   if (t->global_batch && t->global_batch_tokens)
@@ -213,11 +228,13 @@ static bool check_training(Diag *d, Spec *s) {
     FAIL("training", "missing key 'training.global_batch' (sequences per optimizer step) or "
          "'training.global_batch_tokens' (tokens per optimizer step); expected one of them");
   if (t->global_batch_tokens) {
-    int64_t q = t->global_batch_tokens / t->seq_len, lo = q * t->seq_len, hi = lo + t->seq_len;
-    if (t->global_batch_tokens % t->seq_len != 0)
+    int64_t q = t->global_batch_tokens / t->seq_len;
+    int64_t W = s->cluster.nodes * s->cluster.gpus_per_node, mb = t->micro_batch ? t->micro_batch : 1;
+    if (t->global_batch_tokens % t->seq_len != 0) /* the nearest that the GPUs read without splitting sequences */
       FAIL("training.global_batch_tokens", "global_batch_tokens %lld is not a whole number of sequences of seq_len %lld; "
-           "expected a multiple of seq_len, such as %lld (%lld x %lld)", (long long)t->global_batch_tokens,
-           (long long)t->seq_len, (long long)(q ? lo : hi), (long long)(q ? q : 1), (long long)t->seq_len);
+           "expected a multiple of seq_len; the nearest that also divide over micro_batch x GPUs = %lld x %lld "
+           "sequences are %s", (long long)t->global_batch_tokens, (long long)t->seq_len, (long long)mb, (long long)W,
+           spec_batch_nearest(d->mem, s, mb * W));
     if (q > (int64_t)1 << 30)
       FAIL("training.global_batch_tokens", "global_batch_tokens %lld is %lld sequences of seq_len %lld; expected at "
            "most 2^30 sequences", (long long)t->global_batch_tokens, (long long)q, (long long)t->seq_len);

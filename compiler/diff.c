@@ -230,11 +230,20 @@ int diff_run(const char *a_path, const char *b_path, const char *const *sets, in
     }
   }
   if (!shown) printf("(no differences)\n");
+  json_t *ta = json_object_get(json_object_get(a, "training"), "tokens_per_step");
+  json_t *tb = json_object_get(json_object_get(b, "training"), "tokens_per_step");
+  if (json_is_integer(ta) && json_is_integer(tb) && json_integer_value(ta) != json_integer_value(tb))
+    report_wrap(stdout, mem_printf(&m, "note: A trains on %lld tokens per step and B on %lld: a step's time and "
+                                   "memory compare different work; tokens/s and MFU compare the rates (a batch in "
+                                   "training.global_batch_tokens keeps the tokens when seq_len changes)\n",
+                                   (long long)json_integer_value(ta), (long long)json_integer_value(tb)));
   int status = EXIT_DONE;
   if (html && !write_html(&d, html, a_path, nsets ? mem_printf(&m, "%s with --set %s%s", b_path, sets[0],
                                                                 nsets > 1 ? " ..." : "") : b_path,
                           pa, pb, rows, shown))
     fputs(d.msg, stderr), status = EXIT_BAD_INPUT;
+  else if (html)
+    printf("wrote %s\n", html);
   for (int i = 0; i < fa.n; i++) json_decref(fa.vals[i]);
   for (int i = 0; i < fb.n; i++) json_decref(fb.vals[i]);
   json_decref(a), json_decref(b);

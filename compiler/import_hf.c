@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mtc.h"
@@ -506,6 +507,27 @@ static bool need_bool(Hf *h, const char *key, bool want, bool dflt, const char *
                     want ? "false" : "true", why, want ? "true" : "false");
 }
 
+/* The model's name from the config file's path, for a config without "_name_or_path": the
+ * directory holding a config.json (Qwen3-30B-A3B/config.json), else the file's name without .json
+ * (qwen3-30b-a3b.json); NULL when neither gives one. */
+static const char *name_of_file(Mem *m, const char *path) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = strlen(base);
+  if (n > 5 && strcmp(base + n - 5, ".json") == 0 && strcmp(base, "config.json") != 0)
+    return mem_printf(m, "%.*s", (int)(n - 5), base);
+  char *full = realpath(path, NULL); /* config.json: its directory's name */
+  const char *dir = NULL;
+  if (full) {
+    char *s = strrchr(full, '/');
+    if (s) *s = '\0';
+    s = strrchr(full, '/');
+    if (s && s[1]) dir = mem_printf(m, "%s", s + 1);
+    free(full);
+  }
+  return dir;
+}
+
 /* GPT-2 (transformers' configuration_gpt2.py / modeling_gpt2.py): LayerNorm with bias, learned
  * positions (n_positions), biases on every linear, multi-head attention, a 4·n_embd GELU MLP
  * (n_inner), tied embeddings (tie_word_embeddings, default true). What mtc's program cannot
@@ -563,6 +585,7 @@ char *import_hf(Mem *m, Diag *d, const char *path) {
            "# against the model card; set cluster and training for your run.\n", out_comment(m, base ? base + 1 : path),
        out_comment(m, h.family)); /* a YAML comment: no line break can end it */
   const char *name = ok ? get_str(&h, "_name_or_path", &ok) : NULL;
+  if (!name || !*name) name = name_of_file(m, path);
   const char *slash = name ? strrchr(name, '/') : NULL;
   char safe[65] = "imported";
   if (name && *(slash ? slash + 1 : name)) {

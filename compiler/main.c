@@ -152,6 +152,19 @@ static int usage_error(const char *cmd, const char *msg) {
   return EXIT_BAD_INPUT;
 }
 
+/* -1, or a usage error when option opt (--set, --over) was given "KEY VALUE" as two words: its
+ * value key has no '=' and next (the word after it, NULL at the end) is neither an option nor a
+ * file name ending in .yaml, .yml or .json. */
+static int spaced_value(const char *cmd, const char *opt, const char *form, const char *key, const char *next) {
+  if (strchr(key, '=') || !next || next[0] == '-') return -1;
+  const char *dot = strrchr(next, '.');
+  if (dot && (!strcmp(dot, ".yaml") || !strcmp(dot, ".yml") || !strcmp(dot, ".json"))) return -1;
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s %.100s %.100s: expected %s, one word with '=' (%s %.100s=%.100s)", opt, key, next, form,
+           opt, key, next);
+  return usage_error(cmd, msg);
+}
+
 /* s as one shell word: as it is when it holds only characters no shell treats specially, else in
  * single quotes (a quote inside as '\''), so the hint can be pasted. */
 static const char *shell_word(Mem *m, const char *s) {
@@ -201,6 +214,7 @@ static bool write_text(Diag *d, const char *path, const Plan *p) {
   OutFile o;
   FILE *f = out_open(d, &o, path);
   if (!f) return false;
+  report_plan_headline(f, p);
   report_text(f, p->md);
   report_plan_text(f, p, false);
   return out_close(d, &o);
@@ -289,6 +303,7 @@ static int run(Args *a) {
       if (!report_write_json(&d, j, NULL)) status = EXIT_BAD_INPUT;
       json_decref(j);
     } else {
+      report_plan_headline(stdout, p);
       report_text(stdout, md);
       report_plan_text(stdout, p, true);
     }
@@ -418,7 +433,10 @@ int main(int argc, char **argv) {
       if (o->val == optopt) lname = o->name;
     if (c > LONG) c -= LONG;
     switch (c) {
-    case 's': a.sets[a.nsets++] = optarg; break;
+    case 's':
+      a.sets[a.nsets++] = optarg;
+      status = spaced_value(cmd, "--set", "KEY=VALUE", optarg, optind + 1 < argc ? argv[optind + 1] : NULL);
+      break;
     case 'j':
       if (strcmp(cmd, "plan") != 0) status = usage_error(cmd, "--json applies to 'plan' only");
       a.json = true;
@@ -431,6 +449,7 @@ int main(int argc, char **argv) {
     case 'O':
       if (strcmp(cmd, "sweep") != 0) status = usage_error(cmd, "--over applies to 'sweep' only");
       a.overs[a.nover++] = optarg;
+      if (status < 0) status = spaced_value(cmd, "--over", "KEY=V1,V2,...", optarg, optind + 1 < argc ? argv[optind + 1] : NULL);
       break;
     case 'c':
       if (strcmp(cmd, "sweep") != 0) status = usage_error(cmd, "--csv applies to 'sweep' only");

@@ -458,6 +458,13 @@ bool spec_key_check(Diag *d, const Source *src, size_t klen);
 bool spec_convert(Diag *d, Spec *s);
 /* Semantic checks and derived defaults (check.c). */
 bool spec_validate(Diag *d, Spec *s);
+/* The batch key the spec wrote: "training.global_batch_tokens" when it counts tokens, else
+ * "training.global_batch". */
+const char *spec_batch_key(const Spec *s);
+/* The batch sizes nearest the spec's that are multiples of q sequences, below (when above 0) and
+ * above, in the unit of spec_batch_key: "3840 or 4224", or "15728640 (3840 x 4096) or 17301504
+ * (4224 x 4096)" for tokens; a batch on that grid gets its two neighbours. */
+const char *spec_batch_nearest(Mem *m, const Spec *s, int64_t q);
 /* Every key of the model section as resolved (defaults and derived values filled in), in the
  * schema's order, as "model.layers 4, model.hidden 64, model.attention.rope_theta 10000, ...":
  * the model's conventions and shapes that a checkpoint records (step.h MODEL_KEYS, the
@@ -937,6 +944,8 @@ typedef struct {
   int nby_cp;
   const char *advice;/* when infeasible: what would make it fit, computed */
   const char *hint;  /* when feasible but communication-bound: a faster setting, computed */
+  const char *batch_note; /* when feasible with a batch the GPUs read only by splitting sequences:
+                             the nearest batch sizes that run far faster, computed */
   Placement *placement;
 } Plan;
 
@@ -1341,6 +1350,9 @@ void *report_json(const Model *md);
 /* The plan's sections of `mtc plan` text; timing adds the search's wall time (not written
  * to files, which must be deterministic). */
 void report_plan_text(FILE *out, const Plan *p, bool timing);
+/* When nothing fits: "NO FEASIBLE PLAN", the closest candidate and the advice, for the top of
+ * `mtc plan` text and plan.txt (nothing when a plan fits). */
+void report_plan_headline(FILE *out, const Plan *p);
 /* The widest line of report text (plan.txt, mtc plan/explain/sweep): longer lines are wrapped. */
 enum { REPORT_WIDTH = 120 };
 /* Writes text (lines ending in '\n') to out with every line over REPORT_WIDTH broken at spaces,

@@ -139,11 +139,13 @@ const char *report_provenance(Mem *m, const Spec *s, bool brief) {
   const char *band = ev->band_rows > 0
       ? mem_printf(m, "predicted / published tokens/s %.2f..%.2f over %lld fidelity rows", ev->band_low, ev->band_high,
                    (long long)ev->band_rows)
-      : "no fidelity row on this GPU";
+      : s->cluster.gpu.name && strncmp(s->cluster.gpu.name, "cpu", 3) == 0 ? "no fidelity row on this machine"
+                                                                             : "no fidelity row on this GPU";
   bool mtc = s->cluster.stack == STACK_MTC;
   const char *prog = !mtc ? ""
       : ev->program_ratio > 0 ? mem_printf(m, "mtc's program measured at %.2fx its prediction", ev->program_ratio)
-                              : "mtc's program never measured on this GPU";
+      : s->cluster.gpu.name && strncmp(s->cluster.gpu.name, "cpu", 3) == 0 ? "mtc's program never measured on this machine"
+                                                                          : "mtc's program never measured on this GPU";
   const char *why;
   double f = report_time_factor(s, &why);
   const char *run = mtc && ev->program_ratio > 0 && ev->program_source /* by its source's first words */
@@ -457,8 +459,9 @@ static void plan_text(FILE *out, const Plan *p, bool timing) {
     fprintf(out, "  bottleneck: %s, the largest term (%.3f s of %.3f)\n", k->bottleneck, k->bottleneck_seconds, k->step);
     fputs(report_provenance(&m, s, false), out);
     if (p->hint) fprintf(out, "hint: %s\n", p->hint);
+    if (p->batch_note) fprintf(out, "note: %s\n", p->batch_note);
   } else {
-    fprintf(out, "\nclosest candidate: %s\n", report_overs(&m, c));
+    fprintf(out, "\nclosest candidate (the least overage, all tiers together): %s\n", report_overs(&m, c));
     fprintf(out, "advice: %s\n", p->advice);
   }
   fprintf(out, "\nalternatives\n");
@@ -477,6 +480,23 @@ static void plan_text(FILE *out, const Plan *p, bool timing) {
 
 void report_plan_text(FILE *out, const Plan *p, bool timing) { wrapped(out, p, timing, plan_text); }
 
+static void headline(FILE *out, const Plan *p, bool timing) {
+  (void)timing;
+  Mem m = {0};
+  const Candidate *c = &p->best;
+  if (!p->ncandidates)
+    fprintf(out, "NO FEASIBLE PLAN: no layout: %s\n\n", p->advice);
+  else
+    fprintf(out, "NO FEASIBLE PLAN: nothing fits on %lld GPUs; closest candidate (the least overage, all tiers "
+                 "together): %s; %s\nadvice: %s\n(its memory below, and again at the end with the rejected "
+                 "alternatives)\n\n", (long long)p->world, choice_text(&m, &c->ch), report_overs(&m, c), p->advice);
+  mem_free(&m);
+}
+
+void report_plan_headline(FILE *out, const Plan *p) {
+  if (!p->feasible) wrapped(out, p, false, headline);
+}
+
 static void summary(FILE *out, const Plan *p, bool timing) {
   (void)timing;
   Mem m = {0};
@@ -491,7 +511,8 @@ static void summary(FILE *out, const Plan *p, bool timing) {
             c->cost.tokens_per_s_per_gpu, cpu ? "rank" : "GPU", 100 * c->cost.mfu,
             cpu ? " of the preset's assumed rate per rank" : "");
   if (p->feasible) fprintf(out, "  (%s)\n", report_provenance(&m, p->md->spec, true));
-  else if (p->ncandidates)
+  if (p->feasible && p->batch_note) fprintf(out, "note: %s\n", p->batch_note);
+  if (!p->feasible && p->ncandidates)
     fprintf(out, "plan: nothing fits; closest: %s; advice: %s\n", report_overs(&m, c), p->advice);
   mem_free(&m);
 }
@@ -772,6 +793,7 @@ void report_plan_json(void *rootp, const Plan *p, bool timing) {
     json_object_set_new(pv, "time_factor", json_real(report_time_factor(s, NULL)));
     json_object_set_new(pr, "provenance", pv);
     if (p->hint) json_object_set_new(pr, "hint", json_string(p->hint));
+    if (p->batch_note) json_object_set_new(pr, "batch_note", json_string(p->batch_note));
     json_object_set_new(root, "predicted", pr);
   } else {
     json_t *why = json_object();

@@ -19,7 +19,7 @@ enum { MAX_ALTS = 12, CP_SLOTS = 8 };
 typedef struct {
   Candidate best;    /* items are not kept: plan_search rebuilds the winner's */
   bool feasible, any;
-  Candidate closest; /* smallest overage, when nothing fits */
+  Candidate closest; /* the closest misfit (closer), when nothing fits */
   Candidate *alts;
   int nalts, n, nfit;         /* candidates evaluated, and how many fit */
   Candidate in_node, across; /* the fastest fitting with ep <= / > gpus_per_node */
@@ -51,12 +51,28 @@ typedef struct {
 
 
 
+/* The bytes by which a packed candidate overflows its tiers, all of them together. */
+static int64_t total_over(const Candidate *c) {
+  int64_t sum = 0;
+  for (int t = 0; t < TIER__COUNT; t++)
+    if (c->arena[t] > c->capacity[t]) sum += c->arena[t] - c->capacity[t];
+  return sum;
+}
+
+/* Whether packed misfit a is closer to fitting than b: a smaller overage of all tiers together
+ * (total_over; at least over_bytes, so a lower bound of over_bytes bounds it too), and between
+ * equal ones, of its fullest tier. */
+static bool closer(const Candidate *a, const Candidate *b) {
+  int64_t ta = total_over(a), tb = total_over(b);
+  return ta != tb ? ta < tb : a->over_bytes < b->over_bytes;
+}
+
 /* Candidates worth showing next to the best: fitting ones by step time, then rejected ones
- * by overage. */
+ * by overage (closer). */
 static bool better_alt(const Candidate *a, const Candidate *b) {
   if (a->fits != b->fits) return a->fits;
   if (a->fits) return a->cost.step < b->cost.step;
-  return a->over_bytes < b->over_bytes;
+  return closer(a, b);
 }
 
 /* The same decisions but for the prefetch depth: alternatives list one of them. */
@@ -119,11 +135,12 @@ static bool cannot_matter(const Found *f, const Candidate *c, int64_t gpn) {
  * what the search returns: not closer than the closest misfit, not its cp's representative, not
  * a rejected alternative kept (consider's rules for a rejected candidate). */
 static bool misfit_cannot_matter(const Found *f, const Choice *ch, int64_t lo) {
-  if (!f->any || lo < f->closest.over_bytes) return false;
+  /* (lo bounds the candidate's total_over too; an equal one may still be closer by its fullest tier) */
+  if (!f->any || lo <= total_over(&f->closest)) return false;
   int i = cp_slot(f, ch);
-  if (i == f->nby_cp ? i < CP_SLOTS : !f->by_cp[i].fits && lo < f->by_cp[i].over_bytes) return false;
+  if (i == f->nby_cp ? i < CP_SLOTS : !f->by_cp[i].fits && lo <= total_over(&f->by_cp[i])) return false;
   if (f->cutoff > 0) return true;
-  return f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits || lo >= f->alts[MAX_ALTS - 1].over_bytes);
+  return f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits || lo > total_over(&f->alts[MAX_ALTS - 1]));
 }
 
 /* The least overage ch can have, from bytes every arena of a tier holds, known without building its
@@ -248,7 +265,7 @@ static void keep_by_cp(Found *f, const Candidate *c) {
     f->nby_cp++;
   } else {
     const Candidate *o = &f->by_cp[i];
-    bool better = c->fits ? !o->fits || c->cost.step < o->cost.step : !o->fits && c->over_bytes < o->over_bytes;
+    bool better = c->fits ? !o->fits || c->cost.step < o->cost.step : !o->fits && closer(c, o);
     if (!better) return;
   }
   f->by_cp[i] = *c;
@@ -271,7 +288,7 @@ static void consider(const Model *md, Candidate c, Found *f) {
       f->best = c, f->feasible = true;
       return;
     }
-  } else if (!f->any || c.over_bytes < f->closest.over_bytes) {
+  } else if (!f->any || closer(&c, &f->closest)) {
     c.cost = (Cost){0}; /* a rejected candidate has no step */
     f->closest = c, f->any = true;
   }
@@ -441,8 +458,8 @@ static void search_once(const Model *md, Found *f) {
   if (!f->nhopeless) return;
   bool need_alts = f->cutoff <= 0 && !f->coarse;
   bool alts_ok = !need_alts || (f->nalts == MAX_ALTS && (f->alts[MAX_ALTS - 1].fits ||
-                                                          f->hopeless_over > (double)f->alts[MAX_ALTS - 1].over_bytes));
-  bool closest_ok = f->feasible || f->cutoff > 0 || (f->any && f->hopeless_over > (double)f->closest.over_bytes);
+                                                          f->hopeless_over > (double)total_over(&f->alts[MAX_ALTS - 1])));
+  bool closest_ok = f->feasible || f->cutoff > 0 || (f->any && f->hopeless_over > (double)total_over(&f->closest));
   if (alts_ok && closest_ok) return;
   int packed = f->npacked;
   *f = start;
@@ -526,10 +543,14 @@ static const char *advise(Mem *m, const Model *md, bool layouts) {
   const Spec *s = md->spec;
   int64_t N = s->cluster.nodes, G = s->training.global_batch;
   if (!layouts && G % batch_quantum(s, N) != 0) /* (with layouts, a cp > 1 made the batch divide) */
-    return mem_printf(m, "global_batch %lld is not a multiple of micro_batch x GPUs = %lld x %lld; "
-                      "choose a global_batch that is, or another node count",
-                      (long long)G, (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
-                      (long long)(N * s->cluster.gpus_per_node));
+    return mem_printf(m, "global_batch %lld%s is not a multiple of micro_batch x GPUs = %lld x %lld (nor of it / cp "
+                      "for a cp that splits the sequences); expected %s %s (the nearest that are), or another "
+                      "node count", (long long)G,
+                      s->training.global_batch_tokens ? mem_printf(m, " (training.global_batch_tokens %lld)",
+                                                                   (long long)s->training.global_batch_tokens) : "",
+                      (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
+                      (long long)(N * s->cluster.gpus_per_node), spec_batch_key(s),
+                      spec_batch_nearest(m, s, batch_quantum(s, N)));
   char *out = "", *tried = "", *blocked = "";
   int spent = 0;
   for (int64_t k = 2; k <= 64 && spent < ADVICE_BUDGET; k *= 2) { /* more nodes, if the batch divides */
@@ -538,9 +559,11 @@ static const char *advise(Mem *m, const Model *md, bool layouts) {
       if (!blocked[0]) /* the first node count the batch keeps out, and how to let it in */
         blocked = mem_printf(m, "%lld nodes and more were not tried: global_batch %lld is not a multiple of %s"
                              "GPUs / cp = %lld / cp for any cp that splits the sequences (--set "
-                             "training.global_batch=%lld would allow %lld nodes)",
+                             "%s=%lld would allow %lld nodes)",
                              (long long)nodes, (long long)G, micro_batch_pinned(s) ? "micro_batch x " : "",
-                             (long long)q, (long long)((G + q - 1) / q * q), (long long)nodes);
+                             (long long)q, spec_batch_key(s),
+                             (long long)((G + q - 1) / q * q * (s->training.global_batch_tokens ? s->training.seq_len : 1)),
+                             (long long)nodes);
       continue;
     }
     Found g = search_with(m, md, nodes, s->training.seq_len, &spent);
@@ -649,6 +672,40 @@ static const char *pin_note(Mem *m, const Model *md, const Candidate *best) {
                     tok_b / W, tok_a / W, 100 * (tok_b / tok_a - 1), f.best.cost.step, best->cost.step);
 }
 
+/* A batch that the GPUs read only by splitting sequences (global_batch not a multiple of
+ * batch_quantum, so the search had to take a cp > 1 for it to divide): searches the nearest
+ * multiples of batch_quantum below and above; returns a note naming them and both MFUs when one
+ * reaches more than 1.2 x the chosen plan's MFU, or NULL. */
+static const char *batch_note(Mem *m, const Model *md, const Candidate *best) {
+  const Spec *s = md->spec;
+  int64_t q = batch_quantum(s, s->cluster.nodes), G = s->training.global_batch, L = s->training.seq_len;
+  if (G % q == 0) return NULL;
+  int64_t sizes[2] = {G / q * q, G / q * q + q};
+  char *found = "";
+  int spent = 0;
+  for (int i = 0; i < 2; i++) {
+    if (sizes[i] <= 0) continue;
+    Spec *u = mem_alloc(m, sizeof *u);
+    *u = *s;
+    u->training.global_batch = sizes[i];
+    if (u->training.global_batch_tokens) u->training.global_batch_tokens = sizes[i] * L;
+    /* (only plans above 1.2 x the MFU: the step time of sizes[i] sequences at that rate) */
+    Found f = search_variant(m, md, u, &spent, false, best->cost.step * (double)sizes[i] / (double)G / 1.2, false);
+    if (!f.feasible || f.best.cost.mfu <= 1.2 * best->cost.mfu) continue;
+    found = mem_printf(m, "%s%sMFU %.1f%% at %lld sequences (--set %s=%lld%s)", found, found[0] ? " and " : "",
+                       100 * f.best.cost.mfu, (long long)sizes[i], spec_batch_key(s),
+                       (long long)(s->training.global_batch_tokens ? sizes[i] * L : sizes[i]),
+                       plan_cp(&f.best.ch) > 1 ? mem_printf(m, ", cp %lld", (long long)f.best.ch.cp) : "");
+  }
+  if (!found[0]) return NULL;
+  return mem_printf(m, "global_batch %lld divides over the %lld GPUs only with cp %lld (%lld-token chunks), at MFU "
+                    "%.1f%%; the nearest batch sizes that are multiples of micro_batch x GPUs = %lld x %lld reach %s",
+                    (long long)G, (long long)(s->cluster.nodes * s->cluster.gpus_per_node), (long long)plan_cp(&best->ch),
+                    (long long)(L / (2 * plan_cp(&best->ch))), 100 * best->cost.mfu,
+                    (long long)(micro_batch_pinned(s) ? s->training.micro_batch : 1),
+                    (long long)(s->cluster.nodes * s->cluster.gpus_per_node), found);
+}
+
 /* A copy of md whose spec carries micro_batch mb (the model graph does not depend on it). */
 static const Model *with_micro_batch(Mem *m, const Model *md, int64_t mb) {
   if (md->spec->training.micro_batch == mb) return md;
@@ -702,7 +759,7 @@ static Plan *search(Mem *m, const Model *md, bool notes) {
     }
   p->across = f.across, p->has_across = f.has_across;
   if (notes && !p->feasible) p->advice = advise(m, md, p->ncandidates > 0);
-  else if (notes) p->hint = pin_note(m, md, &p->best);
+  else if (notes) p->hint = pin_note(m, md, &p->best), p->batch_note = batch_note(m, md, &p->best);
   if (p->ncandidates) p->placement = plan_placement(m, p->md, &p->best.ch);
   plan_exact(m, p); /* the items the program holds: its bytes */
   return p;

@@ -88,10 +88,11 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
   int nprov = 0;
   for (int i = 0; i < nover; i++) printf(csv ? "%s%s" : "%-14s%s", ax[i].key, sep);
   if (csv)
-    printf("fits,fsdp,dp_replicate,ep,cp,checkpoint,offload,optimizer_state,prefetch,micro_batch,reshard,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,bottleneck_or_reason\n");
+    printf("fits,fsdp,dp_replicate,ep,cp,checkpoint,offload,optimizer_state,prefetch,micro_batch,reshard,tokens_per_s_per_gpu,mfu,hbm_peak_bytes,host_peak_bytes,step_seconds,tokens_per_step,bottleneck_or_reason\n");
   else
-    printf("%-4s %-11s %-3s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "fits", "fsdp x dp", "ep", "cp", "ckpt",
-           "offl", "opt", "pf", "mb", "keep", "tok/s/GPU", "MFU", "HBM GiB", "host GiB", "step s", "bottleneck / why not");
+    printf("%-4s %-11s %-3s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s %12s  %s\n", "fits", "fsdp x dp", "ep", "cp",
+           "ckpt", "offl", "opt", "pf", "mb", "keep", "tok/s/GPU", "MFU", "HBM GiB", "host GiB", "step s", "tokens/step",
+           "bottleneck / why not");
   for (int64_t pt = 0; pt < points; pt++) {
     Mem m = {0};
     Diag pd = {.mem = &m};
@@ -122,8 +123,11 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
                s->plan.cp == 1 ? "" : " / cp for any cp");
     }
     const char *opt = ch->opt_tier == TIER_HBM ? "hbm" : ch->opt_on_host ? "host-cpu" : "host";
+    int64_t tokens = s->training.global_batch * s->training.seq_len; /* (grows with seq_len when global_batch counts sequences) */
+    char tok[32];
+    units_fmt_int(tok, sizeof tok, tokens);
     if (csv) {
-      printf("%s,%lld,%lld,%lld,%lld,%s,%s,%s,%d,%lld,%s,%.1f,%.4f,%lld,%lld,%.3f,%s\n", p->feasible ? "yes" : "no",
+      printf("%s,%lld,%lld,%lld,%lld,%s,%s,%s,%d,%lld,%s,%.1f,%.4f,%lld,%lld,%.3f,%lld,%s\n", p->feasible ? "yes" : "no",
              (long long)ch->fsdp, (long long)ch->dp_replicate, (long long)ch->ep, (long long)plan_cp(ch), plan_ac_name(ch->ac),
              plan_offload_name(ch->offload), opt, ch->prefetch, (long long)ch->micro_batch,
              ch->reshard == ch->reshard_experts
@@ -132,21 +136,21 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
                                                      : "dense:every_micro_batch experts:after_step",
              p->feasible ? c->cost.tokens_per_s_per_gpu : 0,
              p->feasible ? c->cost.mfu : 0, (long long)c->arena[TIER_HBM], (long long)c->arena[TIER_HOST],
-             p->feasible ? c->cost.step : 0, p->feasible ? c->cost.bottleneck : why);
+             p->feasible ? c->cost.step : 0, (long long)tokens, p->feasible ? c->cost.bottleneck : why);
     } else {
       char lay[32];
       snprintf(lay, sizeof lay, "%lld x %lld", (long long)ch->fsdp, (long long)ch->dp_replicate);
       if (p->feasible)
-        printf("%-4s %-11s %-3lld %-3lld %-9s %-5s %-8s %-2d %-4lld %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f  %s\n", "yes", lay,
+        printf("%-4s %-11s %-3lld %-3lld %-9s %-5s %-8s %-2d %-4lld %-5s %10.0f %5.1f%% %9.1f %9.1f %9.2f %12s  %s\n", "yes", lay,
                (long long)ch->ep, (long long)plan_cp(ch), plan_ac_name(ch->ac), plan_offload_name(ch->offload), opt, ch->prefetch,
                (long long)ch->micro_batch, ch->reshard == ch->reshard_experts ? ch->reshard == RESHARD_AFTER_STEP ? "step" : "micro"
                : ch->reshard == RESHARD_AFTER_STEP ? "stp-d" : "stp-e",
                c->cost.tokens_per_s_per_gpu,
                100 * c->cost.mfu, (double)c->arena[TIER_HBM] / 0x1p30, (double)c->arena[TIER_HOST] / 0x1p30,
-               c->cost.step, c->cost.bottleneck);
+               c->cost.step, tok, c->cost.bottleneck);
       else
-        printf("%-4s %-11s %-3s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s  %s\n", "no",
-               p->ncandidates ? lay : "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", why);
+        printf("%-4s %-11s %-3s %-3s %-9s %-5s %-8s %-2s %-4s %-5s %10s %6s %9s %9s %9s %12s  %s\n", "no",
+               p->ncandidates ? lay : "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", tok, why);
     }
     mem_free(&m);
   }
@@ -160,7 +164,8 @@ int sweep_run(const char *path, const char *const *sets, int nsets, const char *
           "  mb: sequences per GPU per micro-batch; keep: when gathered parameters are freed (micro: after each\n"
           "  micro-batch, step: kept until the optimizer step, stp-d: the dense ones kept and the routed experts\n"
           "  freed, stp-e: the experts kept); tok/s/GPU, MFU, step s: predicted; HBM GiB, host GiB: packed peaks per\n"
-          "  GPU; bottleneck: the largest term of the predicted step\n", stdout);
+          "  GPU; tokens/step: global_batch x seq_len (it grows with seq_len unless the spec gives\n"
+          "  training.global_batch_tokens); bottleneck: the largest term of the predicted step\n", stdout);
   mem_free(&mem);
   return EXIT_DONE;
 bad:

@@ -33,6 +33,9 @@ expect 2 'missing SPEC file' "$mtc" check
 expect 2 "import-hf: takes no --set" "$mtc" import-hf tests/hf/gpt2.json --set cluster.nodes=2
 expect 2 "import-hf: missing CONFIG" "$mtc" import-hf
 expect 2 'expected one SPEC file' "$mtc" check specs/tiny-moe.yaml specs/europa-1t.yaml
+# KEY VALUE as two words: the error says KEY=VALUE
+expect 2 "^mtc plan: --set cluster.nodes 2: expected KEY=VALUE, one word with '=' \(--set cluster.nodes=2\)$" "$mtc" plan specs/tiny-moe.yaml --set cluster.nodes 2
+expect 2 "^mtc sweep: --over cluster.nodes 1,2: expected KEY=V1,V2,..., one word with '=' \(--over cluster.nodes=1,2\)$" "$mtc" sweep --over cluster.nodes 1,2 specs/tiny-moe.yaml
 expect 2 '\-\-json applies to .plan. only' "$mtc" check --json specs/tiny-moe.yaml
 expect 2 "cannot open 'nonexistent.yaml'" "$mtc" check nonexistent.yaml
 expect 2 "cannot read 'specs'" "$mtc" check specs
@@ -75,7 +78,12 @@ rm -rf "$tmpf"
 # the plan: the reference run's layout; exit 1 with the tier and computed advice when nothing fits
 expect 0 '^policy     fsdp 384 x dp 1, ep 4, micro_batch 1, full checkpointing \+ boundaries on host' "$mtc" plan specs/europa-1t.yaml
 expect 0 '"feasible": true' "$mtc" plan --json specs/europa-1t.yaml
-expect 1 '^closest candidate: (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+expect 1 '^closest candidate \(the least overage, all tiers together\): (hbm|host) over by' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+# nothing fits: said first, with the closest candidate (the least overage of all tiers together: here hbm 44.6 GiB
+# beside the host's 563.8 GiB that every candidate shares) and the advice
+out=$("$mtc" plan specs/europa-1t.yaml --set cluster.nodes=4 --set training.global_batch=16 | unwrap | head -2)
+printf '%s\n' "$out" | head -1 | grep -Eq '^NO FEASIBLE PLAN: nothing fits on 16 GPUs; closest candidate .*: fsdp 16 x dp 1, ep 16, cp 16, .*; hbm over by 44.6 GiB' &&
+  printf '%s\n' "$out" | grep -q '^advice: it fits on 32 nodes' || { echo "FAIL: infeasible plan's first lines: $out"; fail=1; }
 expect 1 '^advice: it fits on 96 nodes.*unpinned, the search finds fsdp 192, ep 4, cp 2 \(each sequence split over 2 ranks: --set plan.cp=2\)' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 # context parallelism: 48 nodes, and sequences of 128K and 256K tokens on 96, fit by splitting each sequence
 expect 0 '^policy     fsdp 192 x dp 1, ep 8 \(hierarchical all-to-all\), cp 2, micro_batch 1' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48
@@ -114,6 +122,8 @@ expect 0 '^policy     fsdp 256 x dp 1, ep 8 \(hierarchical all-to-all\), micro_b
 # reshard after_step is emitted: the kept groups in the plan's buffers, gathered once per step
 tmpk=$(mktemp -d)
 expect 0 '^plan: .*parameters kept gathered until the optimizer step' "$mtc" compile specs/tiny-moe.yaml -o "$tmpk/k" --set plan.reshard=after_step
+"$mtc" compile specs/tiny-moe.yaml -o "$tmpk/k" --set plan.reshard=after_step | grep -q 'nothing fits' &&
+  { echo "FAIL: a feasible compile's summary says nothing fits"; fail=1; }
 grep -q '^#define KEPT ' "$tmpk/k/step.c" && grep -q 'if (c->gather_kept) rt_comm_all_gather_start' "$tmpk/k/step.c" ||
   { echo "FAIL: reshard after_step: no KEPT buffer or conditional gathers in step.c"; fail=1; }
 expect 0 '^plan: .*routed experts kept gathered until the optimizer step' "$mtc" compile specs/tiny-moe.yaml -o "$tmpk/x" --set plan.reshard=every_micro_batch --set plan.reshard_experts=after_step
@@ -125,8 +135,16 @@ tmpg=$(mktemp -d)
 sed 's/^  global_batch: 384.*/  global_batch_tokens: 24Mi/' specs/europa-1t.yaml >"$tmpg/e.yaml"
 expect 0 '^batch      25,165,824 tokens per step = 384 sequences x 65536 tokens$' "$mtc" plan specs/europa-1t.yaml
 expect 0 '^batch      25,165,824 tokens per step = 1536 sequences x 16384 tokens \(training.global_batch_tokens\)$' "$mtc" plan "$tmpg/e.yaml" --set training.seq_len=16384
-expect 0 '^16384 +yes .* 693 ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
+expect 0 '^16384 +yes .* 693 .* 25,165,824  ' "$mtc" sweep "$tmpg/e.yaml" --over training.seq_len=16384,65536
+# global_batch in sequences: the tokens of a step grow with seq_len, and the sweep shows them
+expect 0 '^256 +yes .* 2,048  compute$' "$mtc" sweep specs/tiny-moe.yaml --over training.seq_len=128,256
 expect 0 '"tokens_per_step": 25165824' "$mtc" plan --json "$tmpg/e.yaml" --set training.seq_len=32768
+# a token batch that the GPUs read only by splitting sequences: the error names the nearest sizes that divide
+# over the GPUs; the plan of 3906 sequences (cp 64) notes the far faster nearest sizes; 4096 names the key written
+q3=(specs/qwen3-30b-a3b.yaml --set cluster.nodes=96 --set training.global_batch=null)
+expect 2 'error: global_batch_tokens 16000000 is not a whole number of sequences of seq_len 4096; .* micro_batch x GPUs = 1 x 384 sequences are 15728640 \(3840 x 4096\) or 17301504 \(4224 x 4096\)$' "$mtc" check "${q3[@]}" --set training.global_batch_tokens=16000000
+expect 0 '^note: global_batch 3906 divides over the 384 GPUs only with cp 64 \(32-token chunks\), at MFU [0-9.]+%; .* reach MFU [0-9.]+% at 3840 sequences \(--set training.global_batch_tokens=15728640\) and MFU [0-9.]+% at 4224 sequences' "$mtc" compile "${q3[@]}" --set training.global_batch_tokens=15998976 -o "$tmpg/q3"
+expect 1 'global_batch 4096 \(training.global_batch_tokens 16777216\) is not a multiple of .* expected training.global_batch_tokens 15728640 \(3840 x 4096\) or 17301504 \(4224 x 4096\)' "$mtc" plan "${q3[@]}" --set training.global_batch_tokens=16777216
 expect 2 'both global_batch \(384 sequences\) and global_batch_tokens are written' "$mtc" check "$tmpg/e.yaml" --set training.global_batch=384
 rm -rf "$tmpg"
 # --set KEY=null removes KEY (the other of two exclusive keys, without editing the file); a typo is an unknown key
@@ -179,7 +197,7 @@ for f in specs/*.yaml generated/*/plan.txt; do
   case $f in *.yaml) w=$("$mtc" plan "$f" | awk 'length > 120' | head -1) ;; *) w=$(awk 'length > 120' "$f" | head -1) ;; esac
   [ -z "$w" ] || { echo "FAIL: $f: a plan line over 120 characters: $w"; fail=1; }
 done
-expect 1 '^closest candidate: hbm over by .* \(.* of 89.4 GiB\), host over by .* of 111.8 GiB\)$' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
+expect 1 '^closest candidate \(the least overage, all tiers together\): hbm over by .* \(.* of 89.4 GiB\), host over by .* of 111.8 GiB\)$' "$mtc" plan specs/europa-1t.yaml --set cluster.nodes=4 --set training.global_batch=16
 expect 1 '^ +[0-9]+\.-[0-9]+\. [0-9]+ layouts rejected: host over by ' "$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1
 dup=$("$mtc" explain specs/europa-1t.yaml --set cluster.nodes=48 --set plan.cp=1 | grep 'rejected' | sort | uniq -d)
 [ -z "$dup" ] || { echo "FAIL: explain repeats a rejection: $dup"; fail=1; }
@@ -197,6 +215,8 @@ expect 0 '^  fidelity: predicted / published tokens/s 0.90..1.23 over 12 fidelit
 ptmp=$(mktemp -d)
 expect 0 '^  \(rates of jupiter-booster: 3 measured, 0 fitted, 16 assumed' "$mtc" compile specs/tiny-moe.yaml -o "$ptmp/prov" --set cluster.preset=jupiter-booster
 rm -rf "$ptmp"
+expect 0 '^  fidelity: no fidelity row on this machine$' "$mtc" plan specs/tiny-moe.yaml
+expect 0 '^  fidelity: no fidelity row on this GPU$' "$mtc" plan specs/llama-3.1-8b.yaml
 expect 0 '^  - rates of b200-180gb: .* over 3 fidelity rows' "$mtc" sweep specs/tiny-moe.yaml --over cluster.preset=b200-180gb
 expect 2 "'dense_gem' in cluster.evidence.measured is not a cluster.efficiency key" "$mtc" check specs/tiny-moe.yaml --set cluster.evidence.measured=dense_gem
 expect 0 '^96 +65536 +yes +384 x 1 +4 +1 +full +host +host +1 ' "$mtc" sweep specs/europa-1t.yaml --over cluster.nodes=48,96 --over training.seq_len=65536
@@ -214,6 +234,14 @@ expect 2 '\-\-over applies to .sweep. only' "$mtc" plan specs/europa-1t.yaml --o
 # diff: the shorter sequence halves the activation items; plan.json files compare too
 expect 0 '^memory.host.items.activations.boundary\[\] +58.0 GB +29.0 GB +-50.0%' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
 expect 0 '^checkpoint.boundary_bytes_per_gpu +59.6 GB +29.8 GB' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
+# the tokens of a step differ (global_batch counts sequences): said under the table; --html says what it wrote
+tmpd=$(mktemp -d)
+expect 0 '^note: A trains on 25165824 tokens per step and B on 12582912: ' "$mtc" diff specs/europa-1t.yaml specs/europa-1t.yaml --set training.seq_len=32768
+expect 0 "^wrote $tmpd/d.html\$" "$mtc" diff specs/tiny-moe.yaml specs/tiny-moe.yaml --set training.seq_len=128 --html "$tmpd/d.html"
+rm -rf "$tmpd"
+if "$mtc" diff specs/tiny-moe.yaml specs/tiny-moe.yaml --set training.micro_batch=1 | grep -q '^note: A trains'; then
+  echo "FAIL: diff notes different tokens per step where they are the same"; fail=1
+fi
 expect 0 '^\(no differences\)' "$mtc" diff generated/europa-1t/plan.json specs/europa-1t.yaml
 expect 0 '^model.params_total' "$mtc" diff generated/tiny-moe/plan.json generated/llama-3.1-8b/plan.json
 expect 2 'expected two plans or specs' "$mtc" diff specs/europa-1t.yaml

@@ -152,10 +152,10 @@ printf '%s' "{$dsv3, \"num_nextn_predict_layers\": 1}" >"$tmp/d3mtp.json"
 "$mtc" import-hf "$tmp/d3mtp.json" -o "$tmp/d3mtp.yaml" && grep -q "# num_nextn_predict_layers 1 is not modeled" "$tmp/d3mtp.yaml" &&
   "$mtc" plan "$tmp/d3mtp.yaml" >/dev/null || { echo "FAIL: num_nextn_predict_layers is not noted in the imported spec"; fail=1; }
 # rope_interleave (either value: the same model up to the rope rows' order, which export writes
-# interleaved) imports as the same spec; a value that is not a boolean is refused
+# interleaved) imports as the same spec (but for its name, the file's); a value that is not a boolean is refused
 printf '%s' "{$dsv3, \"rope_interleave\": false}" >"$tmp/d3f.json"; printf '%s' "{$dsv3, \"rope_interleave\": true}" >"$tmp/d3t.json"
 "$mtc" import-hf "$tmp/d3f.json" -o "$tmp/d3f.yaml" && "$mtc" import-hf "$tmp/d3t.json" -o "$tmp/d3t.yaml" &&
-  diff <(sed 1,2d "$tmp/d3f.yaml") <(sed 1,2d "$tmp/d3t.yaml") >/dev/null || { echo "FAIL: rope_interleave changed the imported spec"; fail=1; }
+  diff <(sed "1,2d;/^name: /d" "$tmp/d3f.yaml") <(sed "1,2d;/^name: /d" "$tmp/d3t.yaml") >/dev/null || { echo "FAIL: rope_interleave changed the imported spec"; fail=1; }
 expect_err "{$dsv3, \"rope_interleave\": 1}" '"rope_interleave" is not true or false'
 # deepseek_v2: softmax scores; group_limited_greedy keeps n_group/topk_group, greedy ignores them (V2's
 # MoEGate); seq_aux false is the batch-wise aux_loss_coef; routed_scaling_factor beside renormalized
@@ -186,5 +186,11 @@ out=$("$mtc" import-hf tests/hf/mixtral-8x7b.json -o "$tmp/ed.yaml" 2>&1); rc=$?
   { echo "FAIL: import-hf -o replaced an edited spec: exit $rc, $out"; fail=1; }
 "$mtc" import-hf tests/hf/mixtral-8x7b.json -o "$tmp/ed.yaml" --force && ! grep -q '^  steps: 7$' "$tmp/ed.yaml" ||
   { echo "FAIL: import-hf -o --force kept the edited spec"; fail=1; }
+# a config without _name_or_path: the name is its directory's (DIR/config.json) or its file's
+mkdir -p "$tmp/Qwen3-30B-A3B"; grep -v '"_name_or_path"' tests/hf/qwen3-8b.json >"$tmp/Qwen3-30B-A3B/config.json"
+cp "$tmp/Qwen3-30B-A3B/config.json" "$tmp/my-model.json"
+"$mtc" import-hf "$tmp/Qwen3-30B-A3B/config.json" -o "$tmp/n1.yaml" && grep -q '^name: Qwen3-30B-A3B$' "$tmp/n1.yaml" &&
+  "$mtc" import-hf "$tmp/my-model.json" -o "$tmp/n2.yaml" && grep -q '^name: my-model$' "$tmp/n2.yaml" ||
+  { echo "FAIL: import-hf without _name_or_path: names $(grep -h '^name' "$tmp"/n?.yaml)"; fail=1; }
 [ $fail -eq 0 ] && echo "ok: import-hf reproduces the example specs' counts; bad configs refused"
 exit $fail

@@ -64,10 +64,11 @@ int rt_comm_init(RtComm *c, int *argc, char ***argv, int fsdp, int ep, int dp_re
     else
       snprintf(fit, sizeof fit, "--set cluster.nodes=1 --set cluster.gpus_per_node=%d", c->world);
     if (c->rank == 0)
-      fprintf(stderr, "error: this program was planned for %d ranks (fsdp %d x dp_replicate %d, ep %d) but was "
-                      "launched with %d; expected mpirun -np %d, or a plan for %d ranks: mtc compile %s %s (with the "
-                      "--set options it was compiled with)\n", planned, fsdp, dp_replicate, ep, c->world, planned,
-              c->world, spec, fit);
+      fprintf(stderr, "error: this program was planned for %d rank%s (fsdp %d x dp_replicate %d, ep %d) but was "
+                      "launched with %d; expected mpirun -np %d, or a plan for %d rank%s: mtc compile SPEC %s (SPEC: "
+                      "the path of the %s it was compiled from, with the --set options it was compiled with)\n",
+              planned, planned == 1 ? "" : "s", fsdp, dp_replicate, ep, c->world, planned, c->world,
+              c->world == 1 ? "" : "s", fit, spec);
     return -1;
   }
   c->fsdp = fsdp, c->ep = ep, c->dp_replicate = dp_replicate;

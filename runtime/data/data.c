@@ -73,9 +73,9 @@ int rt_data_open(RtData *d, const char *path, int vocab, int seq_len, char *err,
   }
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* O_NONBLOCK: a FIFO is refused below, not waited on */
   if (fd < 0) {
-    char msg[256];
-    snprintf(msg, sizeof msg, "cannot open: %s; expected a token file (raw text or an llm.c .bin shard)",
-             strerror(errno));
+    char msg[320];
+    snprintf(msg, sizeof msg, "cannot open: %s; expected a token file: raw text, an llm.c .bin shard, or a Megatron "
+             "indexed dataset (PREFIX, PREFIX.idx or PREFIX.bin)", strerror(errno));
     rt_data_close(d); /* (d->path) */
     return fail(err, errlen, path, msg);
   }

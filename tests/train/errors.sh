@@ -10,11 +10,11 @@
 build e4 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=4 --set plan.fsdp=4 || exit 1
 out=$(cd "$work" && "${mpirun[@]}" -np 2 ./e4/build/train --data "$text" 2>&1); rc=$?
 [ $rc -ne 0 ] || die "a 2-rank launch of a 4-rank plan succeeded"
-echo "$out" | grep -q "planned for 4 ranks.*launched with 2.*mtc compile tiny-moe.yaml --set" ||
+echo "$out" | grep -q "planned for 4 ranks.*launched with 2; expected mpirun -np 4, or a plan for 2 ranks: mtc compile SPEC --set .*(SPEC: the path of the tiny-moe.yaml" ||
   die "world-size message: $out"
 build e1 "$tiny" float "${small[@]}" --set cluster.gpus_per_node=1 --set plan.fsdp=1 || exit 1
 out=$("$work/e1/build/train" --data "$work/no-such-file" 2>&1); rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "no-such-file" || die "missing data: exit $rc, $out"
+[ $rc -eq 2 ] && echo "$out" | grep -q "no-such-file.*or a Megatron indexed dataset" || die "missing data: exit $rc, $out"
 out=$("$work/e1/build/train" --data "$text" --steps zero 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q -- "--steps expects a positive integer" || die "bad --steps: exit $rc, $out"
 out=$("$work/e1/build/train" --data "$text" --steps 11 --metrics "$work/past.jsonl" 2>&1); rc=$?
